@@ -1,0 +1,237 @@
+"""The semantic advantage: summarize rollouts, extract lessons per group, decide the library edits.
+
+Each call runs the matching Signature on a private copy of the reflection LM (for exact usage
+under threads). Malformed output is retried with a fresh sample; when it still fails, the call
+returns an error instead of raising, so one bad reflection never corrupts the library.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import dspy
+
+from tfgrpo_dspy.library import EditOp, ExperienceLibrary
+from tfgrpo_dspy.rollouts import GroupOutcome, Rollout
+from tfgrpo_dspy.signatures import ExtractLessons, SummarizeRollout, UpdateLibrary
+from tfgrpo_dspy.usage import Usage, usage_of
+
+logger = logging.getLogger(__name__)
+
+NO_REFERENCE = "unknown: there is no ground truth; rewards measure agreement with the group's majority answer"
+EMPTY_LIBRARY = "(the library is empty)"
+
+
+@dataclass(frozen=True)
+class RolloutSummary:
+    example_index: int
+    sample_index: int
+    summary: str = ""
+    experiences_used: list[str] = field(default_factory=list)
+    where_it_went_wrong: str = ""
+    error: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "usage": self.usage.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RolloutSummary:
+        return cls(**{**data, "usage": Usage.from_dict(data.get("usage"))})
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """The edits proposed from one informative group."""
+
+    example_index: int
+    ops: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "usage": self.usage.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Proposal:
+        return cls(**{**data, "usage": Usage.from_dict(data.get("usage"))})
+
+
+@dataclass(frozen=True)
+class UpdateDecision:
+    """The final edits of one step, as decided by the update call."""
+
+    ops: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "usage": self.usage.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> UpdateDecision:
+        return cls(**{**data, "usage": Usage.from_dict(data.get("usage"))})
+
+
+# -- prompt material ----------------------------------------------------------------------------
+def render_library(library: ExperienceLibrary) -> str:
+    return library.render() or EMPTY_LIBRARY
+
+
+def format_trajectory(rollout: Rollout) -> str:
+    if not rollout.trace and rollout.error:
+        return f"The program failed before producing any step: {rollout.error}"
+    parts = []
+    for number, step in enumerate(rollout.trace, start=1):
+        lines = [f"## Step {number}: {step['predictor']}"]
+        lines += [f"input {key}: {_as_text(value)}" for key, value in step["inputs"].items()]
+        lines += [f"output {key}: {_as_text(value)}" for key, value in (step["outputs"] or {}).items()]
+        parts.append("\n".join(lines))
+    if rollout.error:
+        parts.append(f"## The program then failed: {rollout.error}")
+    return "\n\n".join(parts)
+
+
+def format_outcome(rollout: Rollout) -> str:
+    lines = [f"reward: {rollout.score:.2f}"]
+    if rollout.feedback:
+        lines.append(f"feedback: {rollout.feedback}")
+    if rollout.error:
+        lines.append(f"the attempt crashed: {rollout.error}")
+    if rollout.metric_error:
+        lines.append(f"the grader failed: {rollout.metric_error}")
+    return "\n".join(lines)
+
+
+def format_attempts(group: GroupOutcome, summaries: dict[int, RolloutSummary]) -> str:
+    blocks = []
+    for rollout, advantage in zip(group.rollouts, group.advantages, strict=True):
+        summary = summaries.get(rollout.sample_index)
+        head = f"### Attempt {rollout.sample_index + 1}: reward {rollout.score:.2f}, advantage {advantage:+.2f}"
+        if summary is None or summary.error:
+            body = f"(no summary available) final outputs: {_as_text(rollout.outputs)}"
+        else:
+            body = (f"{summary.summary}\nlessons applied: {', '.join(summary.experiences_used) or 'none'}\n"
+                    f"where it went wrong: {summary.where_it_went_wrong}")
+        if rollout.feedback:
+            body += f"\ngrader feedback: {rollout.feedback}"
+        blocks.append(f"{head}\n{body}")
+    return "\n\n".join(blocks)
+
+
+def format_proposals(proposals: list[Proposal]) -> str:
+    lines = []
+    for proposal in proposals:
+        for op in proposal.ops:
+            target = f" E{op['id']}" if op.get("id") is not None else ""
+            text = f": {op['text']}" if op.get("text") else ""
+            reason = f" (reason: {op['reason']})" if op.get("reason") else ""
+            lines.append(f"- {op['op']}{target}{text}{reason}")
+    return "\n".join(lines)
+
+
+def format_reference(example: dspy.Example, use_ground_truth: bool) -> str:
+    if not use_ground_truth:
+        return NO_REFERENCE
+    labels = example.labels().toDict()
+    return "\n".join(f"{key}: {_as_text(value)}" for key, value in labels.items()) or "not given"
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+# -- the calls ----------------------------------------------------------------------------------
+class Reflector:
+    """Runs the three reflection signatures on the reflection LM, with retries on malformed output.
+
+    Args:
+        lm: the reflection LM; None means ``dspy.settings.lm`` at call time.
+        max_retries: extra attempts after a failed or unparsable call.
+        retry_temperature: sampling temperature of the retries, so a retry is a new sample.
+    """
+
+    def __init__(self, lm: dspy.BaseLM | None = None, *, max_retries: int = 2, retry_temperature: float = 0.7):
+        self.lm = lm
+        self.max_retries = max_retries
+        self.retry_temperature = retry_temperature
+
+    def _run(self, signature: type[dspy.Signature], **inputs: Any) -> tuple[dspy.Prediction | None, str | None, Usage]:
+        base = self.lm or dspy.settings.lm
+        if base is None:
+            return None, "no reflection LM: pass reflection_lm= or call dspy.configure(lm=...)", Usage()
+        copies, last_error = [], None
+        for attempt in range(self.max_retries + 1):
+            # The first attempt may come from DSPy's cache (that is what makes resumed runs free);
+            # a retry must be a new sample, hence its own rollout_id and a non-zero temperature.
+            lm = base.copy() if attempt == 0 else base.copy(rollout_id=attempt, temperature=self.retry_temperature)
+            copies.append(lm)
+            predictor = dspy.Predict(signature)
+            predictor.lm = lm
+            try:
+                with dspy.context(disable_history=False):
+                    return predictor(**inputs), None, usage_of(copies)
+            except Exception as exc:
+                last_error = f"{type(exc).__name__}: {exc}"
+                logger.info("%s attempt %d failed: %s", signature.__name__, attempt + 1, last_error)
+        logger.warning("%s failed after %d attempts: %s", signature.__name__, self.max_retries + 1, last_error)
+        return None, last_error, usage_of(copies)
+
+    def summarize(self, rollout: Rollout, library: ExperienceLibrary) -> RolloutSummary:
+        prediction, error, usage = self._run(
+            SummarizeRollout,
+            task_inputs=_as_text(rollout.inputs),
+            trajectory=format_trajectory(rollout),
+            outcome=format_outcome(rollout),
+            experience_library=render_library(library),
+        )
+        if prediction is None:
+            return RolloutSummary(rollout.example_index, rollout.sample_index, error=error, usage=usage)
+        return RolloutSummary(
+            rollout.example_index,
+            rollout.sample_index,
+            summary=str(prediction.summary),
+            experiences_used=[str(x) for x in (prediction.experiences_used or [])],
+            where_it_went_wrong=str(prediction.where_it_went_wrong),
+            usage=usage,
+        )
+
+    def extract(
+        self,
+        example: dspy.Example,
+        group: GroupOutcome,
+        summaries: dict[int, RolloutSummary],
+        library: ExperienceLibrary,
+        *,
+        use_ground_truth: bool,
+        max_proposals: int,
+    ) -> Proposal:
+        prediction, error, usage = self._run(
+            ExtractLessons,
+            task_inputs=_as_text(example.inputs().toDict()),
+            reference=format_reference(example, use_ground_truth),
+            attempts=format_attempts(group, summaries),
+            experience_library=render_library(library),
+            max_proposals=max_proposals,
+            max_words=library.max_words or 60,
+        )
+        if prediction is None:
+            return Proposal(group.example_index, error=error, usage=usage)
+        ops = [EditOp.coerce(op) for op in (prediction.proposals or [])][:max_proposals]
+        return Proposal(group.example_index, ops=[op.model_dump(exclude_none=True) for op in ops], usage=usage)
+
+    def decide(self, proposals: list[Proposal], library: ExperienceLibrary) -> UpdateDecision:
+        prediction, error, usage = self._run(
+            UpdateLibrary,
+            experience_library=render_library(library),
+            proposals=format_proposals(proposals),
+            max_experiences=library.max_experiences or 50,
+            max_words=library.max_words or 60,
+        )
+        if prediction is None:
+            return UpdateDecision(error=error, usage=usage)
+        ops = [EditOp.coerce(op).model_dump(exclude_none=True) for op in (prediction.operations or [])]
+        return UpdateDecision(ops=ops, usage=usage)

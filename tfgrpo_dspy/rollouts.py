@@ -1,0 +1,284 @@
+"""Rollouts: run a program G times on one example, capture everything, score it.
+
+Each rollout runs on a private copy of the program whose predictors use private LM copies
+with a rollout_id unique to that rollout, so DSPy's cache never collapses a group, and the
+copy's history gives the rollout's exact usage. A failure inside a rollout (LM, tool, program
+or metric) is recorded on the rollout and scored as a failure, never raised.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import math
+import re
+import statistics
+import traceback
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import dspy
+
+from tfgrpo_dspy.usage import Usage, usage_of
+
+logger = logging.getLogger(__name__)
+
+MAX_FIELD_CHARS = 4000  # per value in a stored trace; keeps logs and reflection prompts bounded
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One sampled run of the program on one example, with its reward."""
+
+    example_index: int
+    sample_index: int
+    rollout_id: int
+    inputs: dict[str, Any]
+    outputs: dict[str, Any] | None
+    trace: list[dict[str, Any]]
+    score: float
+    feedback: str | None = None
+    error: str | None = None
+    metric_error: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    tool_calls: int = 0
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    def answer(self, answer_field: str) -> str | None:
+        if self.outputs is None or self.outputs.get(answer_field) is None:
+            return None
+        return str(self.outputs[answer_field])
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["usage"] = self.usage.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Rollout:
+        return cls(**{**data, "usage": Usage.from_dict(data.get("usage"))})
+
+
+@dataclass(frozen=True)
+class GroupOutcome:
+    """The G rollouts of one example and the group-relative numbers GRPO is named for."""
+
+    example_index: int
+    rollouts: tuple[Rollout, ...]
+
+    @property
+    def rewards(self) -> list[float]:
+        return [r.score for r in self.rollouts]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.rewards) if self.rollouts else 0.0
+
+    @property
+    def std(self) -> float:
+        return statistics.pstdev(self.rewards) if len(self.rollouts) > 1 else 0.0
+
+    @property
+    def informative(self) -> bool:
+        """Mixed rewards: some attempts did better than others, so there is something to learn."""
+        return self.std > 1e-9
+
+    @property
+    def advantages(self) -> list[float]:
+        std = self.std
+        return [(r - self.mean) / std if std > 1e-9 else 0.0 for r in self.rewards]
+
+
+# -- metrics ------------------------------------------------------------------------------------
+def metric_call_arity(metric: Callable) -> int:
+    """How many positional arguments to pass a DSPy metric: 3 (example, pred, trace) or 2.
+
+    Raises TypeError for anything that cannot be called as a metric.
+    """
+    if not callable(metric):
+        raise TypeError(f"metric must be callable as metric(example, prediction, trace=None), got {metric!r}")
+    try:
+        sig = inspect.signature(metric)
+    except (TypeError, ValueError):
+        return 3  # builtins and C callables: trust DSPy's convention
+    for arity in (3, 2):
+        try:
+            sig.bind(*([None] * arity))
+            return arity
+        except TypeError:
+            continue
+    raise TypeError(
+        f"metric {getattr(metric, '__name__', metric)!r} has signature {sig}; a DSPy metric takes "
+        "(example, prediction, trace=None)"
+    )
+
+
+@dataclass(frozen=True)
+class Score:
+    value: float
+    feedback: str | None = None
+    error: str | None = None
+
+
+def score_prediction(metric: Callable, example: dspy.Example, prediction: Any, failure_score: float) -> Score:
+    """Call a DSPy metric and turn any of its return types into a float; a broken metric scores a failure."""
+    try:
+        args = (example, prediction, None)[: metric_call_arity(metric)]
+        result = metric(*args)
+    except Exception as exc:  # the metric is user code: record, don't crash the run
+        return Score(failure_score, error=f"metric raised {type(exc).__name__}: {exc}")
+    feedback = None
+    value = result
+    if isinstance(result, dict) and "score" in result:
+        value, feedback = result["score"], result.get("feedback")
+    elif not isinstance(result, (int, float)) and hasattr(result, "score"):
+        value, feedback = result.score, getattr(result, "feedback", None)
+    if isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, (int, float)) or math.isnan(value):
+        return Score(failure_score, error=f"metric returned {value!r}, not a number")
+    return Score(float(value), None if feedback is None else str(feedback))
+
+
+# -- majority vote (no ground truth) -------------------------------------------------------------
+def normalize_answer(answer: str | None) -> str | None:
+    """Canonical form for voting: case, spacing, trailing dots, thousands commas and number formats."""
+    if answer is None:
+        return None
+    text = " ".join(str(answer).strip().lower().split()).rstrip(".")
+    number = re.fullmatch(r"[$]?\s*(-?[\d,]*\.?\d+)\s*%?", text)
+    if number:
+        try:
+            value = float(number.group(1).replace(",", ""))
+            return str(int(value)) if value.is_integer() else repr(value)
+        except ValueError:
+            pass
+    return text or None
+
+
+def majority_vote_scores(answers: Sequence[str | None]) -> tuple[list[float], str | None]:
+    """1.0 for answers equal to the group's unique most common answer, else 0.0 (ties: no majority)."""
+    normalized = [normalize_answer(a) for a in answers]
+    counts = Counter(a for a in normalized if a is not None)
+    if not counts:
+        return [0.0] * len(answers), None
+    ranked = counts.most_common()
+    if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
+        return [0.0] * len(answers), None
+    winner = ranked[0][0]
+    return [1.0 if a == winner else 0.0 for a in normalized], winner
+
+
+# -- running -------------------------------------------------------------------------------------
+def jsonable(value: Any, limit: int = MAX_FIELD_CHARS) -> Any:
+    """A JSON-safe, size-bounded copy of a value for logs and prompts."""
+    if hasattr(value, "model_dump"):
+        value = value.model_dump()
+    if isinstance(value, dict):
+        return {str(k): jsonable(v, limit) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v, limit) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    text = value if isinstance(value, str) else _to_text(value)
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
+
+
+def _to_text(value: Any) -> str:
+    try:
+        return json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def count_tool_calls(outputs: dict[str, Any] | None) -> int:
+    """Tool calls in a ReAct-style trajectory (``tool_name_<i>`` entries other than 'finish')."""
+    trajectory = (outputs or {}).get("trajectory")
+    if not isinstance(trajectory, dict):
+        return 0
+    return sum(1 for key, value in trajectory.items() if key.startswith("tool_name_") and value != "finish")
+
+
+def bind_rollout_lms(program: dspy.Module, rollout_id: int, temperature: float) -> list[dspy.BaseLM]:
+    """Give every predictor of ``program`` (a private copy) a private LM copy for this rollout.
+
+    A predictor's own LM wins over the global one, as in DSPy; one copy per distinct base LM,
+    so history is not double counted.
+    """
+    copies: dict[int, dspy.BaseLM] = {}
+    for name, predictor in program.named_predictors():
+        base = predictor.lm or dspy.settings.lm
+        if base is None:
+            raise ValueError(f"predictor {name!r} has no LM: call dspy.configure(lm=...) or set predictor.lm")
+        if id(base) not in copies:
+            copies[id(base)] = base.copy(rollout_id=rollout_id, temperature=temperature)
+        predictor.lm = copies[id(base)]
+    return list(copies.values())
+
+
+def run_rollout(
+    program: dspy.Module,
+    example: dspy.Example,
+    *,
+    example_index: int,
+    sample_index: int,
+    rollout_id: int,
+    temperature: float,
+    metric: Callable | None,
+    failure_score: float = 0.0,
+) -> Rollout:
+    """Run one rollout on a private copy of ``program``; never raises for LM, program or metric errors.
+
+    With ``metric=None`` (no-ground-truth mode) the score is filled in later by the group's vote.
+    """
+    local = program.deepcopy()
+    lms = bind_rollout_lms(local, rollout_id, temperature)
+    names = {id(p): n for n, p in local.named_predictors()}
+    inputs = example.inputs().toDict()
+    prediction, error = None, None
+    with dspy.context(trace=[], disable_history=False):
+        try:
+            prediction = local(**inputs)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            logger.debug("rollout %s failed:\n%s", rollout_id, traceback.format_exc())
+        trace = [
+            {"predictor": names.get(id(pred), type(pred).__name__), "inputs": jsonable(dict(pred_inputs)),
+             "outputs": jsonable(dict(pred_outputs.items()) if hasattr(pred_outputs, "items") else pred_outputs)}
+            for pred, pred_inputs, pred_outputs in (dspy.settings.trace or [])
+        ]
+    outputs = jsonable(dict(prediction.items())) if prediction is not None and hasattr(prediction, "items") else None
+    if prediction is not None and outputs is None:
+        error = f"program returned {type(prediction).__name__}, not a dspy.Prediction"
+    score = Score(failure_score)
+    if error is None and metric is not None:
+        score = score_prediction(metric, example, prediction, failure_score)
+    return Rollout(
+        example_index=example_index,
+        sample_index=sample_index,
+        rollout_id=rollout_id,
+        inputs=jsonable(inputs),
+        outputs=outputs,
+        trace=trace,
+        score=score.value,
+        feedback=score.feedback,
+        error=error,
+        metric_error=score.error,
+        usage=usage_of(lms),
+        tool_calls=count_tool_calls(outputs),
+    )
+
+
+def apply_majority_vote(rollouts: Sequence[Rollout], answer_field: str) -> list[Rollout]:
+    """Score a group by agreement with its majority answer (self-consistency, no labels)."""
+    scores, winner = majority_vote_scores([None if r.failed else r.answer(answer_field) for r in rollouts])
+    feedback = f"majority answer: {winner}" if winner is not None else "no majority answer"
+    return [
+        Rollout(**{**r.__dict__, "score": s, "feedback": feedback}) for r, s in zip(rollouts, scores, strict=True)
+    ]
