@@ -1,0 +1,201 @@
+"""A DSPy engine (``complete(Request) -> Response``) backed by the in-process llama.cpp server.
+
+``dspy.LM("local/<model>", engine=LlamaCppEngine(...))`` keeps DSPy's cache, rollout_id, retries,
+history and usage tracking; this module only translates one canonical request into the server's
+OpenAI-style chat payload and its answer back into a canonical response.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from dspy.clients.engines.base import validate_request
+from dspy.lm15 import (
+    ContextLengthError,
+    InvalidRequestError,
+    Message,
+    ProviderError,
+    Request,
+    Response,
+    ServerError,
+    TextPart,
+    ThinkingPart,
+    UnsupportedFeatureError,
+    Usage,
+    response_to_events,
+)
+
+from tfgrpo_dspy.lm.server import ServerRegistry, ServerSettings, default_registry
+from tfgrpo_dspy.lm.weights import DEFAULT_MODEL
+
+logger = logging.getLogger(__name__)
+
+PROVIDER = "local"
+_FINISH_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_call", "content_filter": "content_filter"}
+# Config fields forwarded under the same name in the llama.cpp chat payload.
+_SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "frequency_penalty", "presence_penalty")
+# Config fields this engine cannot honour; lm15's contract is to refuse them, not drop them.
+_REFUSED_FIELDS = ("tool_choice", "reasoning", "logprobs", "service_tier", "user_id", "store")
+
+
+class LlamaCppEngine:
+    """Serves DSPy requests from a local GGUF model; copies of one LM share one loaded server."""
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        n_parallel: int = 4,
+        n_ctx: int = 4096,
+        n_threads: int = 2,
+        registry: ServerRegistry | None = None,
+    ) -> None:
+        self.settings = ServerSettings(model=model, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads)
+        self._registry = registry if registry is not None else default_registry()
+
+    def complete(self, request: Request) -> Response:
+        validate_request(request)
+        payload = build_chat_payload(request)
+        server = self._registry.get(self.settings)
+        try:
+            raw = server.handle_chat_completions(payload)
+        except Exception as exc:  # the native server reports failures as RuntimeError
+            raise ServerError(f"llama.cpp server failed: {exc}", provider=PROVIDER) from exc
+        return parse_chat_response(raw, model=self.settings.model)
+
+    def stream(self, request: Request) -> Iterator[Any]:
+        return response_to_events(self.complete(request))
+
+    def close(self) -> None:
+        """Release the shared server; the next call on any engine with these settings reloads it."""
+        self._registry.release(self.settings)
+
+    def dump_state(self) -> dict[str, Any]:
+        return {
+            "model": self.settings.model,
+            "n_parallel": self.settings.n_parallel,
+            "n_ctx": self.settings.n_ctx,
+            "n_threads": self.settings.n_threads,
+        }
+
+    @classmethod
+    def load_state(cls, state: dict[str, Any]) -> LlamaCppEngine:
+        return cls(**state)
+
+    def __deepcopy__(self, memo: dict) -> LlamaCppEngine:
+        # Immutable settings plus a shared registry: deep copies of programs keep sharing the model.
+        return self
+
+    def __reduce__(self):
+        return (type(self).load_state, (self.dump_state(),))
+
+    def __repr__(self) -> str:
+        return f"LlamaCppEngine({self.settings})"
+
+
+def build_chat_payload(request: Request) -> dict[str, Any]:
+    """The llama.cpp ``/v1/chat/completions`` body for one canonical request."""
+    if request.tools:
+        raise UnsupportedFeatureError("The local llama.cpp engine does not support tools", provider=PROVIDER)
+    config = request.config
+    refused = [name for name in _REFUSED_FIELDS if getattr(config, name) is not None]
+    if config.probabilities == "required":
+        refused.append("probabilities")
+    if refused:
+        raise UnsupportedFeatureError(
+            f"The local llama.cpp engine does not support {', '.join(refused)}", provider=PROVIDER
+        )
+    messages = []
+    if request.system is not None:
+        messages.append({"role": "system", "content": _system_text(request.system)})
+    messages.extend(_chat_message(message) for message in request.messages)
+    payload: dict[str, Any] = {"messages": messages}
+    for name in _SAMPLING_FIELDS:
+        value = getattr(config, name)
+        if value is not None:
+            payload[name] = value
+    if config.stop:
+        payload["stop"] = list(config.stop)
+    if config.response_format is not None:
+        payload["response_format"] = dict(config.response_format)
+    # Extensions carry llama.cpp-specific knobs (min_p, repeat_penalty, grammar, ...) verbatim.
+    payload.update(config.extensions or {})
+    return payload
+
+
+def _system_text(system: str | tuple) -> str:
+    if isinstance(system, str):
+        return system
+    return "".join(_text_of(part, where="system prompt") for part in system)
+
+
+def _chat_message(message: Message) -> dict[str, str]:
+    if message.role == "tool":
+        raise UnsupportedFeatureError("The local llama.cpp engine does not support tool messages", provider=PROVIDER)
+    # Earlier reasoning is not sent back to the model, as with hosted chat APIs.
+    parts = [p for p in message.parts if not (message.role == "assistant" and isinstance(p, ThinkingPart))]
+    text = "".join(_text_of(part, where=f"{message.role} message") for part in parts)
+    if message.role == "developer":
+        # The chat template has no developer role; lm15 maps it to a marked user turn elsewhere too.
+        return {"role": "user", "content": f"[developer] {text}"}
+    return {"role": message.role, "content": text}
+
+
+def _text_of(part: Any, *, where: str) -> str:
+    if not isinstance(part, TextPart):
+        raise UnsupportedFeatureError(
+            f"The local llama.cpp engine accepts only text; got a {getattr(part, 'type', type(part).__name__)} "
+            f"part in the {where}",
+            provider=PROVIDER,
+        )
+    return part.text
+
+
+def parse_chat_response(raw: dict[str, Any], *, model: str) -> Response:
+    """A canonical response (text, finish reason, token usage) from the server's answer."""
+    if not isinstance(raw, dict):
+        raise ServerError(f"llama.cpp server returned {type(raw).__name__}, expected a dict", provider=PROVIDER)
+    if "error" in raw:
+        raise _error_from(raw["error"])
+    try:
+        choice = raw["choices"][0]
+        message = choice["message"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ServerError(f"llama.cpp server returned no choice: {str(raw)[:200]}", provider=PROVIDER) from exc
+    parts: list[Any] = []
+    if message.get("reasoning_content"):
+        parts.append(ThinkingPart(message["reasoning_content"]))
+    parts.append(TextPart(message.get("content") or ""))
+    finish_reason = choice.get("finish_reason")
+    if finish_reason not in _FINISH_REASONS:
+        logger.debug("Unknown llama.cpp finish_reason %r read as 'stop'", finish_reason)
+    usage = raw.get("usage") or {}
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    return Response(
+        id=raw.get("id") or None,
+        model=model,
+        message=Message.assistant(parts),
+        finish_reason=_FINISH_REASONS.get(finish_reason, "stop"),
+        usage=Usage(
+            input_tokens=usage.get("prompt_tokens"),
+            output_tokens=usage.get("completion_tokens"),
+            total_tokens=usage.get("total_tokens"),
+            cache_read_tokens=cached,
+        ),
+        provider_data={"timings": raw["timings"]} if isinstance(raw.get("timings"), dict) else None,
+    )
+
+
+def _error_from(error: Any) -> ProviderError:
+    if not isinstance(error, dict):
+        return ServerError(f"llama.cpp server error: {error}", provider=PROVIDER)
+    message = str(error.get("message") or error)
+    status = error.get("code") if isinstance(error.get("code"), int) else None
+    kind = error.get("type")
+    if kind == "exceed_context_size_error":
+        return ContextLengthError(message, provider=PROVIDER, status=status, provider_code=kind)
+    if kind == "invalid_request_error" or (status is not None and 400 <= status < 500):
+        return InvalidRequestError(message, provider=PROVIDER, status=status, provider_code=kind)
+    return ServerError(message, provider=PROVIDER, status=status, provider_code=kind)

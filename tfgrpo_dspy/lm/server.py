@@ -1,0 +1,115 @@
+"""One in-process llama.cpp server per (model, settings), shared by every engine that asks for it.
+
+Loading a GGUF model takes seconds and hundreds of MB, so every LM copy (``lm.copy(rollout_id=k)``)
+and every engine with the same settings uses one ``xllamacpp.Server``. The server holds
+``n_parallel`` slots and batches the sequences decoding at the same time, so the G rollouts of a
+group sent from G threads decode together. Servers start lazily on first use and are released at
+interpreter exit (xllamacpp stops its worker loop when the object is freed).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tfgrpo_dspy.lm.weights import ensure_weights, get_weights_spec
+
+logger = logging.getLogger(__name__)
+
+
+class ChatServer(Protocol):
+    """The part of ``xllamacpp.Server`` the engine uses (fakes implement it in tests)."""
+
+    def handle_chat_completions(self, request: dict[str, Any]) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Everything that decides which server process state a request needs."""
+
+    model: str  # a key of tfgrpo_dspy.lm.weights.MODELS
+    n_parallel: int = 4  # sequences decoded together (slots)
+    n_ctx: int = 4096  # context tokens per sequence
+    n_threads: int = 2
+
+    def __post_init__(self) -> None:
+        get_weights_spec(self.model)
+        for name in ("n_parallel", "n_ctx", "n_threads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def start_llama_server(settings: ServerSettings) -> ChatServer:
+    """Join the weights if needed and load them into an ``xllamacpp.Server``."""
+    try:
+        import xllamacpp
+    except ImportError as exc:
+        raise ImportError(
+            "The embedded local LM needs xllamacpp. Install it with: "
+            f"{get_weights_spec(settings.model).install_command}"
+        ) from exc
+    model_path = ensure_weights(settings.model)
+    params = xllamacpp.CommonParams()
+    params.model.path = str(model_path)
+    params.n_parallel = settings.n_parallel
+    # llama.cpp splits n_ctx evenly over the slots; ask for the per-sequence size times the slots.
+    params.n_ctx = settings.n_ctx * settings.n_parallel
+    params.cpuparams.n_threads = settings.n_threads
+    params.cpuparams_batch.n_threads = settings.n_threads
+    # Its per-token request logging would flood stderr; errors still come back in the responses.
+    params.verbosity = -1
+    started = time.perf_counter()
+    server = xllamacpp.Server(params)
+    logger.info("Loaded %s with %s in %.1f s", model_path.name, settings, time.perf_counter() - started)
+    return server
+
+
+class ServerRegistry:
+    """Thread-safe map from settings to a lazily started server."""
+
+    def __init__(self, factory: Callable[[ServerSettings], ChatServer] = start_llama_server) -> None:
+        self._factory = factory
+        self._servers: dict[ServerSettings, ChatServer] = {}
+        self._start_locks: dict[ServerSettings, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def get(self, settings: ServerSettings) -> ChatServer:
+        server = self._servers.get(settings)
+        if server is not None:
+            return server
+        with self._lock:
+            start_lock = self._start_locks.setdefault(settings, threading.Lock())
+        # A per-settings lock: loading one model does not block calls to another.
+        with start_lock:
+            server = self._servers.get(settings)
+            if server is None:
+                server = self._factory(settings)
+                with self._lock:
+                    self._servers[settings] = server
+        return server
+
+    def release(self, settings: ServerSettings) -> None:
+        """Drop the server; calls already running keep their reference and finish."""
+        with self._lock:
+            self._servers.pop(settings, None)
+
+    def close(self) -> None:
+        with self._lock:
+            self._servers.clear()
+
+    def __len__(self) -> int:
+        return len(self._servers)
+
+
+_default_registry = ServerRegistry()
+atexit.register(_default_registry.close)
+
+
+def default_registry() -> ServerRegistry:
+    return _default_registry
