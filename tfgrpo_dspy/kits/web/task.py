@@ -1,0 +1,75 @@
+"""CLI tasks for web browsing: WebWalkerQA with the paper's web settings.
+
+Training draws from the ``silver`` split and evaluation from ``main`` (the 680
+human-checked questions), so the two never overlap. A local single file has no
+splits and serves both. Defaults follow the paper's web recipe: groups of 3,
+3 epochs, rollout temperature 0.7; evaluation at temperature 0.3.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dspy
+
+from tfgrpo_dspy.kits.web.agent import WebWalkerAgent
+from tfgrpo_dspy.kits.web.data import load_webwalkerqa_subset
+from tfgrpo_dspy.kits.web.judge import WebAnswerJudge, overlap_metric
+from tfgrpo_dspy.tasks import Task, TaskData
+
+TRAIN_DEFAULTS = {"group_size": 3, "epochs": 3, "temperature": 0.7}
+EVAL_DEFAULTS = {"k": 1, "temperature": 0.3}
+
+
+def _split_for(data: TaskData, split: str) -> str:
+    # A single local file is one split already; the split name is ignored for it.
+    return "main" if data.source and Path(data.source).expanduser().is_file() else split
+
+
+def load_trainset(data: TaskData) -> list[dspy.Example]:
+    """Stratified (4:7:6) training questions from the silver split."""
+    return load_webwalkerqa_subset(data.n, data.seed, data.source, _split_for(data, "silver"))
+
+
+def load_evalset(data: TaskData) -> list[dspy.Example]:
+    """Stratified (4:7:6) evaluation questions from the main split."""
+    return load_webwalkerqa_subset(data.n, data.seed, data.source, _split_for(data, "main"))
+
+
+def make_judge_metric(judge_lm: dspy.LM | None) -> WebAnswerJudge:
+    return WebAnswerJudge(judge_lm)
+
+
+def make_overlap_metric(judge_lm: dspy.LM | None) -> object:
+    return overlap_metric  # no judge: the LM is not used
+
+
+WEBWALKERQA = Task(
+    name="webwalkerqa",
+    description="WebWalkerQA: answer by browsing a website from its root URL; LLM-judge reward",
+    load_trainset=load_trainset,
+    load_evalset=load_evalset,
+    make_program=WebWalkerAgent,
+    make_metric=make_judge_metric,
+    answer_field="answer",
+    train_defaults=dict(TRAIN_DEFAULTS),
+    eval_defaults=dict(EVAL_DEFAULTS),
+    default_train_n=51,
+    default_eval_n=68,
+)
+
+WEBWALKERQA_F1 = Task(
+    name="webwalkerqa-f1",
+    description="WebWalkerQA with a token-F1 reward instead of a judge (cheap, stricter on phrasing)",
+    load_trainset=load_trainset,
+    load_evalset=load_evalset,
+    make_program=WebWalkerAgent,
+    make_metric=make_overlap_metric,
+    answer_field="answer",
+    train_defaults=dict(TRAIN_DEFAULTS),
+    eval_defaults=dict(EVAL_DEFAULTS),
+    default_train_n=51,
+    default_eval_n=68,
+)
+
+WEB_TASKS: dict[str, Task] = {task.name: task for task in (WEBWALKERQA, WEBWALKERQA_F1)}
