@@ -1,0 +1,122 @@
+"""CLI tasks of the math kit: train on DAPO-Math, evaluate on AIME 2024/2025 and GSM8K.
+
+Every task uses the same program (`make_math_agent`: ReAct with a Python tool) and the same metric,
+so a library learned on one task applies unchanged to the others.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dspy
+
+from tfgrpo_dspy.kits.math.data import (
+    AIME24_HUB_ID,
+    AIME25_HUB_ID,
+    DAPO_MATH_HUB_ID,
+    GSM8K_HUB_ID,
+    load_aime24,
+    load_aime25,
+    load_dapo_math,
+    load_gsm8k,
+)
+from tfgrpo_dspy.kits.math.programs import make_math_agent
+from tfgrpo_dspy.kits.math.reward import MathAnswerMetric
+from tfgrpo_dspy.tasks import Task, TaskData
+
+DAPO_TRAIN_N = 100  # the paper's training set size
+# Paper recipe: groups of 5 at temperature 0.7, 3 epochs; evaluation Mean@32 at temperature 0.3.
+TRAIN_DEFAULTS: dict[str, Any] = {"group_size": 5, "epochs": 3, "temperature": 0.7, "num_threads": 4}
+AIME_EVAL_DEFAULTS: dict[str, Any] = {"k": 32, "temperature": 0.3}
+
+
+def make_metric(judge_lm: Any = None) -> MathAnswerMetric:
+    """Math-verify answer check; needs no judge LM."""
+    return MathAnswerMetric()
+
+
+def _load_dapo_train(data: TaskData) -> list[dspy.Example]:
+    n = DAPO_TRAIN_N if data.n is None else data.n
+    return load_dapo_math(data.source or DAPO_MATH_HUB_ID, n=n, seed=data.seed)
+
+
+def _load_dapo_heldout(data: TaskData) -> list[dspy.Example]:
+    """Problems after the first DAPO_TRAIN_N of the same shuffled order: disjoint from the default trainset."""
+    return load_dapo_math(data.source or DAPO_MATH_HUB_ID, n=data.n, seed=data.seed, skip=DAPO_TRAIN_N)
+
+
+def _eval_only(name: str) -> Any:
+    def load(data: TaskData) -> list[dspy.Example]:
+        raise ValueError(f"{name} is an evaluation benchmark; train on 'dapo-math' and evaluate on {name}")
+
+    return load
+
+
+def _take(examples: list[dspy.Example], n: int | None) -> list[dspy.Example]:
+    return examples if n is None else examples[:n]
+
+
+def _load_aime24(data: TaskData) -> list[dspy.Example]:
+    return _take(load_aime24(data.source or AIME24_HUB_ID), data.n)
+
+
+def _load_aime25(data: TaskData) -> list[dspy.Example]:
+    return _take(load_aime25(data.source or AIME25_HUB_ID), data.n)
+
+
+def _load_gsm8k_train(data: TaskData) -> list[dspy.Example]:
+    return load_gsm8k(data.source or GSM8K_HUB_ID, split="train", n=data.n, seed=data.seed)
+
+
+def _load_gsm8k_test(data: TaskData) -> list[dspy.Example]:
+    return load_gsm8k(data.source or GSM8K_HUB_ID, split="test", n=data.n, seed=data.seed)
+
+
+DAPO_MATH = Task(
+    name="dapo-math",
+    description="DAPO-Math-17k: train on 100 problems (ReAct + Python); eval on held-out DAPO problems.",
+    load_trainset=_load_dapo_train,
+    load_evalset=_load_dapo_heldout,
+    make_program=make_math_agent,
+    make_metric=make_metric,
+    train_defaults=TRAIN_DEFAULTS,
+    eval_defaults={"k": 4, "temperature": 0.3},
+    default_train_n=DAPO_TRAIN_N,
+    default_eval_n=100,
+)
+
+AIME24 = Task(
+    name="aime24",
+    description="AIME 2024 (30 problems), Mean@32 at temperature 0.3 (evaluation only).",
+    load_trainset=_eval_only("aime24"),
+    load_evalset=_load_aime24,
+    make_program=make_math_agent,
+    make_metric=make_metric,
+    train_defaults=TRAIN_DEFAULTS,
+    eval_defaults=AIME_EVAL_DEFAULTS,
+)
+
+AIME25 = Task(
+    name="aime25",
+    description="AIME 2025 (30 problems), Mean@32 at temperature 0.3 (evaluation only).",
+    load_trainset=_eval_only("aime25"),
+    load_evalset=_load_aime25,
+    make_program=make_math_agent,
+    make_metric=make_metric,
+    train_defaults=TRAIN_DEFAULTS,
+    eval_defaults=AIME_EVAL_DEFAULTS,
+)
+
+GSM8K = Task(
+    name="gsm8k",
+    description="GSM8K grade-school math: train split for training, test split for evaluation.",
+    load_trainset=_load_gsm8k_train,
+    load_evalset=_load_gsm8k_test,
+    make_program=make_math_agent,
+    make_metric=make_metric,
+    train_defaults=TRAIN_DEFAULTS,
+    eval_defaults={"k": 1, "temperature": 0.3},
+    default_train_n=DAPO_TRAIN_N,
+)
+
+MATH_TASKS: dict[str, Task] = {task.name: task for task in (DAPO_MATH, AIME24, AIME25, GSM8K)}
