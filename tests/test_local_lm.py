@@ -292,7 +292,7 @@ def _lm_with(server, **lm_kwargs) -> dspy.LM:
 
 def test_predict_through_engine_reports_usage_and_history():
     server = FakeServer()
-    lm = _lm_with(server, temperature=0.0, max_tokens=50)
+    lm = _lm_with(server, temperature=0.0, max_tokens=50, stop=["[[ ## completed ## ]]"])
     with dspy.context(lm=lm), dspy.track_usage() as tracker:
         prediction = dspy.Predict("question -> answer")(question=f"6*7? {uuid.uuid4()}")
     assert prediction.answer == "42"
@@ -300,6 +300,7 @@ def test_predict_through_engine_reports_usage_and_history():
     assert lm.history[-1]["usage"]["completion_tokens"] == 2
     sent = server.payloads[-1]
     assert sent["temperature"] == 0.0 and sent["max_tokens"] == 50
+    assert sent["stop"] == ["[[ ## completed ## ]]"]
     assert "6*7?" in sent["messages"][-1]["content"]
 
 
@@ -351,6 +352,8 @@ def test_local_lm_builds_a_local_model_string_and_settings():
     assert lm.model == "local/qwen2.5-coder-0.5b"
     assert lm.engine.settings == ServerSettings("qwen2.5-coder-0.5b", n_parallel=2, n_ctx=2048, n_threads=2)
     assert lm.kwargs["max_tokens"] == 300 and lm.kwargs["temperature"] == 0.0
+    assert lm.kwargs["stop"] == ["[[ ## completed ## ]]"]
+    assert local_lm(stop=None).kwargs.get("stop") is None
     with pytest.raises(ValueError, match="n_parallel"):
         local_lm(n_parallel=0)
 
