@@ -124,7 +124,7 @@ class AuditEntry:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["ids"] = list(self.ids) if self.ids is not None else None
-        return {key: value for key, value in data.items() if value is not None}
+        return {key: value for key, value in data.items() if value is not None or key == "step"}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AuditEntry:

@@ -539,12 +539,11 @@ class _Run:
                     continue
                 self.log.save(step, kind, name(key), record.to_dict())
                 results[key] = record
-                error = getattr(record, "error", None)
-                self._account(record.usage, error, kind)
                 try:
+                    self._account(record.usage, getattr(record, "error", None), kind)
                     self._check_budget()
-                except _StopRun:
-                    stop.set()
+                except BaseException:
+                    stop.set()  # queued work returns at once; results already logged stay logged
                     raise
         return results
 

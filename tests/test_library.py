@@ -1,0 +1,113 @@
+import json
+
+import pytest
+
+from tfgrpo_dspy import EditOp, ExperienceLibrary
+
+
+def make(*texts, **caps):
+    return ExperienceLibrary.from_texts(list(texts), **caps)
+
+
+def test_ids_are_stable_across_deletes_and_adds():
+    lib = make("When a, do b.", "When c, do d.", "When e, do f.")
+    lib.apply([{"op": "delete", "id": 2}, {"op": "add", "text": "When g, do h."}], step=1)
+    assert [e.id for e in lib] == [1, 3, 4]
+    assert lib.render().splitlines()[-1] == "[E4] When g, do h."
+    lib.apply([{"op": "delete", "id": 4}, {"op": "add", "text": "When i, do j."}], step=2)
+    assert [e.id for e in lib] == [1, 3, 5]  # a deleted id is never reused
+
+
+def test_unknown_ids_are_refused_and_recorded():
+    lib = make("When a, do b.")
+    report = lib.apply([EditOp(op="modify", id=7, text="x"), {"op": "delete", "id": "E9"}], step=3)
+    assert len(report.refused) == 2 and not report.applied
+    assert sorted(e.detail for e in report.refused) == ["unknown id(s): E7", "unknown id(s): E9"]
+    assert [e.text for e in lib] == ["When a, do b."]
+    assert all(entry.step == 3 for entry in lib.audit_log)
+
+
+def test_max_words_and_max_experiences_are_enforced():
+    lib = make(max_experiences=2, max_words=5)
+    report = lib.apply([
+        {"op": "add", "text": "one two three four five six"},
+        {"op": "add", "text": "When a, do b."},
+        {"op": "add", "text": "When c, do d."},
+        {"op": "add", "text": "When e, do f."},
+    ], step=1)
+    assert len(lib) == 2
+    details = [e.detail for e in report.refused]
+    assert any("max_words=5" in d for d in details)
+    assert any("library is full" in d for d in details)
+
+
+def test_deletes_apply_before_adds_so_a_full_library_can_rotate():
+    lib = make("When a, do b.", "When c, do d.", max_experiences=2)
+    report = lib.apply([{"op": "add", "text": "When e, do f."}, {"op": "delete", "id": 1}])
+    assert not report.refused
+    assert [e.text for e in lib] == ["When c, do d.", "When e, do f."]
+
+
+def test_exact_duplicates_are_not_added():
+    lib = make("When a, do b.")
+    report = lib.apply([{"op": "add", "text": "  when A,   do B. "}])
+    assert report.refused[0].detail == "duplicate of E1"
+    assert len(lib) == 1
+
+
+def test_modify_merge_keep():
+    lib = make("When a, do b.", "When c, do d.", "When e, do f.")
+    lib.apply([{"op": "modify", "id": 1, "text": "When a, do B."}], step=1)
+    report = lib.apply([{"op": "merge", "ids": ["E2", 3], "text": "When c or e, do d and f."},
+                        {"op": "keep"}], step=2)
+    assert len(report.applied) == 2
+    assert [(e.id, e.text) for e in lib] == [(1, "When a, do B."), (2, "When c or e, do d and f.")]
+    assert lib[2].updated_step == 2 and lib[1].added_step is None
+
+
+def test_merge_needs_two_known_ids_and_malformed_ops_are_refused():
+    lib = make("When a, do b.")
+    report = lib.apply([{"op": "merge", "ids": [1], "text": "x"}, {"op": "explode"}, {"op": "add"}])
+    assert len(report.refused) == 3
+    assert len(lib) == 1
+
+
+def test_save_load_round_trip_is_readable_json(tmp_path):
+    lib = make("When a, do b.", max_experiences=5, max_words=10)
+    lib.apply([{"op": "add", "text": "When c, do d.", "reason": "because"}], step=1)
+    path = lib.save(tmp_path / "lib.json")
+    data = json.loads(path.read_text())
+    assert data["experiences"][1] == {"id": 2, "text": "When c, do d.", "added_step": 1, "updated_step": 1}
+    loaded = ExperienceLibrary.load(path)
+    assert loaded.render() == lib.render()
+    assert loaded.max_words == 10 and loaded.audit_log == lib.audit_log
+    loaded.apply([{"op": "add", "text": "When e, do f."}])
+    assert loaded.ids == [1, 2, 3]
+
+
+def test_load_rejects_non_library_files(tmp_path):
+    (tmp_path / "x.json").write_text('{"hello": 1}')
+    with pytest.raises(ValueError, match="not an experience library"):
+        ExperienceLibrary.load(tmp_path / "x.json")
+    with pytest.raises(FileNotFoundError):
+        ExperienceLibrary.load(tmp_path / "missing.json")
+
+
+def test_diff_reports_added_removed_modified():
+    old = make("When a, do b.", "When c, do d.")
+    new = old.copy()
+    new.apply([{"op": "delete", "id": 1}, {"op": "modify", "id": 2, "text": "When c, do D."},
+               {"op": "add", "text": "When e, do f."}])
+    diff = old.diff(new)
+    assert [e.id for e in diff.added] == [3]
+    assert [e.id for e in diff.removed] == [1]
+    assert [(o.text, n.text) for o, n in diff.modified] == [("When c, do d.", "When c, do D.")]
+    assert "+ [E3] When e, do f." in str(diff)
+    assert not old.diff(old.copy())
+
+
+def test_invalid_caps_are_rejected():
+    with pytest.raises(ValueError, match="max_words"):
+        ExperienceLibrary(max_words=0)
+    with pytest.raises(ValueError, match="max_experiences"):
+        ExperienceLibrary(max_experiences=-1)

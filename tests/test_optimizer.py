@@ -1,0 +1,307 @@
+import json
+import re
+import threading
+from collections import Counter
+from pathlib import Path
+
+import dspy
+import pytest
+from scripted import Call, default_reflection, scripted_lm
+
+from tfgrpo_dspy import ExperienceLibrary, TrainingAborted, TrainingFreeGRPO
+from tfgrpo_dspy.injection import BLOCK_START
+
+
+def exact(example, prediction, trace=None):
+    return float(str(prediction.answer).strip() == example.answer)
+
+
+def trainset(n=3):
+    return [dspy.Example(question=f"What is {i} + 2?", answer=str(i + 2)).with_inputs("question") for i in range(n)]
+
+
+class Alternating:
+    """Reflection from the script; the policy is right on every other attempt at each question (mixed groups)."""
+
+    def __init__(self):
+        self.seen = Counter()
+        self.lock = threading.Lock()
+
+    def __call__(self, call: Call):
+        reply = default_reflection(call)
+        if reply is not None:
+            return reply
+        question = call.inputs.get("question", "0")
+        with self.lock:
+            attempt = self.seen[question]
+            self.seen[question] += 1
+        i = int(re.search(r"What is (\d+)", question).group(1))
+        return {"reasoning": "add", "answer": str(i + 2) if attempt % 2 == 0 else "wrong"}
+
+
+@pytest.fixture
+def lm():
+    lm = scripted_lm(Alternating())
+    with dspy.context(lm=lm):
+        yield lm
+
+
+def optimizer(**kwargs):
+    settings = dict(metric=exact, group_size=4, epochs=2, num_threads=4, progress=False)
+    return TrainingFreeGRPO(**{**settings, **kwargs})
+
+
+def test_compile_chain_of_thought_learns_and_leaves_student_unchanged(lm):
+    student = dspy.ChainOfThought("question -> answer")
+    before = student.predict.signature.instructions
+    compiled = optimizer().compile(student, trainset=trainset())
+
+    assert student.predict.signature.instructions == before
+    assert len(compiled.experience_library) >= 1
+    assert BLOCK_START in compiled.predict.signature.instructions
+    result = compiled.tfgrpo_result
+    assert [s.step for s in result.steps] == [1, 2]
+    first = result.steps[0]
+    assert first.rollouts == 12 and first.informative_groups == 3 and first.mean_reward == 0.5
+    assert first.policy_usage.calls == 12 and first.reflection_usage.calls == 12 + 3 + 1
+    assert first.policy_usage.prompt_tokens > 0 and first.reflection_usage.completion_tokens > 0
+    assert result.steps[1].library_size == len(compiled.experience_library)
+    assert json.loads(json.dumps(result.to_dict()))["steps"][0]["ops_applied"] == first.ops_applied
+
+
+def test_rollouts_are_distinct_calls_with_unique_ids(tmp_path):
+    lm = scripted_lm(Alternating(), cache=True)  # with DSPy's cache on, only rollout_id keeps them apart
+    with dspy.context(lm=lm):
+        optimizer(epochs=1, log_dir=tmp_path).compile(dspy.Predict("question -> answer"), trainset=trainset())
+    assert lm._engine_spec.kinds().count("policy") == 12
+    records = [json.loads(p.read_text()) for p in (tmp_path / "steps" / "0001" / "rollouts").glob("*.json")]
+    assert len({r["rollout_id"] for r in records}) == 12
+    assert all(r["trace"] and r["trace"][0]["predictor"] == "self" for r in records)
+
+
+def test_later_steps_see_the_library_in_the_prompt(lm):
+    optimizer().compile(dspy.Predict("question -> answer"), trainset=trainset())
+    policy_systems = [c.system for c in lm._engine_spec.calls if c.kind == "policy"]
+    assert BLOCK_START not in policy_systems[0]
+    assert BLOCK_START in policy_systems[-1]
+
+
+def test_non_informative_groups_are_skipped():
+    def always_right(call):
+        reply = default_reflection(call)
+        return reply if reply is not None else {"answer": "4"}
+
+    lm = scripted_lm(always_right)
+    with dspy.context(lm=lm):
+        compiled = optimizer(epochs=1).compile(
+            dspy.Predict("question -> answer"), trainset=[dspy.Example(question="2+2", answer="4").with_inputs("question")]
+        )
+    assert set(lm._engine_spec.kinds()) == {"policy"}  # no summary, extraction or update call
+    assert compiled.tfgrpo_result.steps[0].informative_groups == 0
+    assert len(compiled.experience_library) == 0
+
+
+def test_failing_rollout_is_recorded_and_scored_not_fatal(tmp_path):
+    alternating = Alternating()
+
+    def flaky(call):
+        reply = default_reflection(call)
+        if reply is not None:
+            return reply
+        if call.number % 4 == 1:
+            return RuntimeError("server exploded")
+        return alternating(call)
+
+    lm = scripted_lm(flaky)
+    with dspy.context(lm=lm):
+        compiled = optimizer(epochs=1, log_dir=tmp_path, failure_score=-1.0).compile(
+            dspy.Predict("question -> answer"), trainset=trainset()
+        )
+    records = [json.loads(p.read_text()) for p in (tmp_path / "steps" / "0001" / "rollouts").glob("*.json")]
+    failed = [r for r in records if r["error"]]
+    assert failed and all("server exploded" in r["error"] and r["score"] == -1.0 for r in failed)
+    assert compiled.tfgrpo_result.steps[0].rollout_errors == len(failed)
+
+
+def test_metric_that_raises_or_returns_nan_is_recorded(lm, tmp_path):
+    def broken(example, prediction, trace=None):
+        if example.answer == "2":
+            raise KeyError("boom")
+        return float("nan") if example.answer == "3" else 1.0
+
+    compiled = optimizer(metric=broken, epochs=1, log_dir=tmp_path).compile(
+        dspy.Predict("question -> answer"), trainset=trainset()
+    )
+    records = [json.loads(p.read_text()) for p in (tmp_path / "steps" / "0001" / "rollouts").glob("*.json")]
+    errors = {r["metric_error"] for r in records if r["metric_error"]}
+    assert any("KeyError" in e for e in errors) and any("nan" in e for e in errors)
+    assert compiled.tfgrpo_result.steps[0].metric_errors == 8
+
+
+def test_feedback_metric_reaches_the_summary(lm):
+    def with_feedback(example, prediction, trace=None):
+        ok = str(prediction.answer) == example.answer
+        return dspy.Prediction(score=float(ok), feedback=f"expected {example.answer}")
+
+    optimizer(metric=with_feedback, epochs=1).compile(dspy.Predict("question -> answer"), trainset=trainset(1))
+    summaries = [c for c in lm._engine_spec.calls if c.kind == "summary"]
+    assert summaries and all("feedback: expected 2" in c.inputs["outcome"] for c in summaries)
+
+
+def test_majority_vote_mode_uses_no_labels():
+    def votes(call):
+        reply = default_reflection(call)
+        if reply is not None:
+            return reply
+        return {"answer": "7" if call.number % 4 else "8"}  # 3 of 4 say 7
+
+    lm = scripted_lm(votes)
+    data = [dspy.Example(question="secret question", answer="SECRET-GOLD").with_inputs("question")]
+    with dspy.context(lm=lm):
+        compiled = TrainingFreeGRPO(ground_truth=False, group_size=4, epochs=1, progress=False).compile(
+            dspy.Predict("question -> answer"), trainset=data
+        )
+    assert compiled.tfgrpo_result.steps[0].mean_reward == 0.75
+    reflection = [c for c in lm._engine_spec.calls if c.kind != "policy"]
+    assert reflection and not any("SECRET-GOLD" in str(c.inputs) for c in reflection)
+    extract = next(c for c in reflection if c.kind == "extract")
+    assert "no ground truth" in extract.inputs["reference"]
+
+
+def search(query: str) -> str:
+    """Look something up."""
+    return "found"
+
+
+def test_compile_react_program_counts_tool_calls(tmp_path):
+    def react_script(call):
+        reply = default_reflection(call)
+        if reply is not None:
+            return reply
+        if call.kind == "react":
+            if "observation_0" in call.inputs:  # the trajectory so far already holds one search
+                return {"next_thought": "done", "next_tool_name": "finish", "next_tool_args": {}}
+            return {"next_thought": "search", "next_tool_name": "search", "next_tool_args": {"query": "x"}}
+        return {"reasoning": "r", "answer": "2" if call.number % 2 else "no"}
+
+    lm = scripted_lm(react_script)
+    agent = dspy.ReAct("question -> answer", tools=[search], max_iters=3)
+    with dspy.context(lm=lm):
+        compiled = optimizer(epochs=1, log_dir=tmp_path).compile(agent, trainset=trainset(1))
+    step = compiled.tfgrpo_result.steps[0]
+    assert step.tool_calls == 4
+    assert BLOCK_START in compiled.react.signature.instructions
+    assert BLOCK_START in compiled.extract.predict.signature.instructions
+    record = json.loads(next((tmp_path / "steps" / "0001" / "rollouts").glob("*.json")).read_text())
+    assert [t["predictor"] for t in record["trace"]][:2] == ["react", "react"]
+    assert record["outputs"]["trajectory"]["tool_name_0"] == "search"
+
+
+def test_compiled_program_save_load_round_trip(lm, tmp_path):
+    compiled = optimizer(epochs=1).compile(dspy.ChainOfThought("question -> answer"), trainset=trainset())
+    compiled.save(tmp_path / "p.json")
+    fresh = dspy.ChainOfThought("question -> answer")
+    fresh.load(tmp_path / "p.json")
+    assert fresh.experience_library.render() == compiled.experience_library.render()
+    assert fresh.predict.signature.instructions == compiled.predict.signature.instructions
+
+
+def test_budget_stops_cleanly_with_last_completed_library(lm, tmp_path):
+    compiled = optimizer(epochs=3, max_lm_calls=40, log_dir=tmp_path).compile(
+        dspy.Predict("question -> answer"), trainset=trainset()
+    )
+    result = compiled.tfgrpo_result
+    assert result.stopped_reason and "max_lm_calls=40" in result.stopped_reason
+    assert len(result.steps) == 1  # step 1 used 28 calls; step 2 stopped mid-way
+    assert compiled.experience_library.render() == ExperienceLibrary.load(tmp_path / "library.json").render()
+    assert json.loads((tmp_path / "state.json").read_text())["stopped"].startswith("max_lm_calls")
+
+
+def test_estimate_spends_nothing(lm):
+    estimate = optimizer(epochs=3, batch_size=2).estimate(dspy.Predict("question -> answer"), trainset(5))
+    assert (estimate.steps, estimate.rollouts, estimate.update_calls) == (9, 60, 9)
+    assert estimate.max_reflection_calls == 60 + 15 + 9
+    assert not lm._engine_spec.calls
+
+
+def test_systematic_failure_aborts_early_with_the_cause(tmp_path):
+    lm = scripted_lm(lambda call: PermissionError("invalid API key"))
+    with dspy.context(lm=lm), pytest.raises(TrainingAborted, match="invalid API key"):
+        optimizer(max_errors=5, num_threads=1, log_dir=tmp_path).compile(
+            dspy.Predict("question -> answer"), trainset=trainset()
+        )
+    # DSPy's ChatAdapter retries a failed call once through its JSON fallback (2 calls per rollout), and
+    # one rollout may be in flight when the fifth failure aborts the run.
+    assert len(lm._engine_spec.calls) <= 2 * (5 + 1)
+    assert json.loads((tmp_path / "state.json").read_text())["stopped"].startswith("aborted")
+
+
+def test_malformed_reflection_is_retried_then_skipped_without_corrupting():
+    alternating = Alternating()
+
+    def garbage_updates(call):
+        if call.kind == "update":
+            return "I refuse to follow the format."
+        return alternating(call)
+
+    bad = scripted_lm(garbage_updates)
+    with dspy.context(lm=bad):
+        compiled = optimizer(epochs=1, reflection_retries=1).compile(
+            dspy.Predict("question -> answer"), trainset=trainset()
+        )
+    step = compiled.tfgrpo_result.steps[0]
+    assert step.reflection_errors == 1 and step.library_size == 0
+    assert bad._engine_spec.kinds().count("update") >= 2
+
+
+BAD_INPUTS = [
+    (dict(metric=42), TypeError, "metric"),
+    (dict(metric=lambda: 1), TypeError, "metric"),
+    (dict(group_size=0), ValueError, "group_size"),
+    (dict(temperature=3.0), ValueError, "temperature"),
+    (dict(reflection_lm="gpt-4o"), TypeError, "reflection_lm"),
+    (dict(max_words=0), ValueError, "max_words"),
+    (dict(metric=None), ValueError, "metric is required"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), BAD_INPUTS)
+def test_bad_settings_are_rejected_early(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        optimizer(**kwargs)
+
+
+def test_bad_compile_inputs_are_rejected_before_any_call(lm):
+    opt = optimizer()
+    program = dspy.Predict("question -> answer")
+    with pytest.raises(ValueError, match="trainset is empty"):
+        opt.compile(program, trainset=[])
+    with pytest.raises(ValueError, match="with_inputs"):
+        opt.compile(program, trainset=[dspy.Example(question="q", answer="a")])
+    with pytest.raises(TypeError, match="dspy.Example"):
+        opt.compile(program, trainset=[{"question": "q"}])
+    with pytest.raises(ValueError, match="no predictors"):
+        opt.compile(dspy.Module(), trainset=trainset())
+    with pytest.raises(ValueError, match="answer_field"):
+        TrainingFreeGRPO(ground_truth=False, answer_field="label").compile(program, trainset=trainset())
+    assert not lm._engine_spec.calls
+
+
+def test_log_dir_of_a_different_run_is_refused(lm, tmp_path):
+    optimizer(epochs=1, log_dir=tmp_path).compile(dspy.Predict("question -> answer"), trainset=trainset())
+    with pytest.raises(ValueError, match="different settings or data"):
+        optimizer(epochs=1, group_size=3, log_dir=tmp_path).compile(
+            dspy.Predict("question -> answer"), trainset=trainset()
+        )
+    with pytest.raises(ValueError, match="trainset"):
+        optimizer(epochs=1, log_dir=tmp_path).compile(dspy.Predict("question -> answer"), trainset=trainset(2))
+
+
+def test_log_dir_files_are_readable_json(lm, tmp_path):
+    optimizer(epochs=1, log_dir=tmp_path).compile(dspy.Predict("question -> answer"), trainset=trainset())
+    step_dir = Path(tmp_path) / "steps" / "0001"
+    for name in ("step.json", "library.json", "update.json"):
+        json.loads((step_dir / name).read_text())
+    assert len(list((step_dir / "summaries").glob("*.json"))) == 12
+    assert len(list((step_dir / "proposals").glob("*.json"))) == 3
+    assert "audit" in json.loads((step_dir / "step.json").read_text())
