@@ -1,0 +1,169 @@
+"""evaluate_at_k: distinct samples, Mean@k / Pass@k, recorded errors, tool calls, library, JSON report."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import threading
+from collections import Counter
+from pathlib import Path
+
+import dspy
+import pytest
+from scripted import Call, scripted_lm
+
+from tfgrpo_dspy.evaluation import EvalReport, evaluate_at_k, pass_at_k
+from tfgrpo_dspy.library import ExperienceLibrary
+
+
+def _program() -> dspy.Module:
+    return dspy.Predict("problem -> answer")
+
+
+def _examples(*problems: str) -> list[dspy.Example]:
+    return [dspy.Example(problem=p, answer="7").with_inputs("problem") for p in problems]
+
+
+def _problem(call: Call) -> str:
+    return call.inputs["problem"].split("\n")[0]  # the last input field carries DSPy's closing request
+
+
+def exact(example, pred, trace=None) -> float:
+    return float(str(pred.answer).strip() == example.answer)
+
+
+class CountingResponder:
+    """q-right always answers 7, q-wrong never, q-half on every second call: exact counts under threads."""
+
+    def __init__(self) -> None:
+        self.per_problem: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        self.temperatures: list[float | None] = []
+
+    def __call__(self, call: Call) -> dict[str, str]:
+        problem = _problem(call)
+        with self.lock:
+            self.per_problem[problem] += 1
+            nth = self.per_problem[problem]
+            self.temperatures.append(call.temperature)
+        right = problem == "q-right" or (problem == "q-half" and nth % 2 == 0)
+        return {"answer": "7" if right else f"{100 + nth}"}
+
+
+def test_pass_at_k_matches_brute_force() -> None:
+    for n, c, k in itertools.product(range(1, 7), range(0, 7), range(1, 7)):
+        if c > n or k > n:
+            continue
+        outcomes = [True] * c + [False] * (n - c)
+        subsets = list(itertools.combinations(outcomes, k))
+        assert pass_at_k(n, c, k) == pytest.approx(sum(any(s) for s in subsets) / len(subsets))
+    with pytest.raises(ValueError):
+        pass_at_k(4, 5, 1)
+
+
+def test_mean_and_pass_at_k_over_distinct_parallel_samples() -> None:
+    responder = CountingResponder()
+    lm = scripted_lm(responder, cache=True)
+    report = evaluate_at_k(
+        _program(), _examples("q-right", "q-wrong", "q-half"), exact, k=4, temperature=0.3, num_threads=4, lm=lm,
+        progress=False,
+    )
+    # Every sample reached the engine although caching is on: rollout ids keep the samples distinct.
+    assert responder.per_problem == {"q-right": 4, "q-wrong": 4, "q-half": 4}
+    assert set(responder.temperatures) == {0.3}
+    assert [r.num_correct for r in report.examples] == [4, 0, 2]
+    assert report.mean_at_k == pytest.approx((1 + 0 + 0.5) / 3)
+    assert report.pass_at_k == pytest.approx(2 / 3)
+    assert report.pass_at[1] == pytest.approx(report.mean_at_k)
+    assert report.pass_at[2] == pytest.approx((1 + 0 + (1 - 1 / math.comb(4, 2))) / 3)
+    assert report.program_errors == report.metric_errors == 0
+    assert report.mean_tool_calls is None  # no agent trajectory
+    assert report.usage.calls == 12
+    wrong_answers = {s.answer for s in report.examples[1].samples}
+    assert len(wrong_answers) == 4
+
+
+def test_same_run_hits_the_cache_and_an_offset_draws_fresh_samples() -> None:
+    responder = CountingResponder()
+    lm = scripted_lm(responder, cache=True)
+    kwargs = dict(k=3, temperature=0.3, lm=lm, progress=False)
+    first = evaluate_at_k(_program(), _examples("q-wrong"), exact, **kwargs)
+    again = evaluate_at_k(_program(), _examples("q-wrong"), exact, **kwargs)
+    assert responder.per_problem["q-wrong"] == 3
+    assert [s.answer for s in again.examples[0].samples] == [s.answer for s in first.examples[0].samples]
+    evaluate_at_k(_program(), _examples("q-wrong"), exact, rollout_id_offset=1000, **kwargs)
+    assert responder.per_problem["q-wrong"] == 6
+
+
+def test_metric_and_program_errors_are_recorded_not_fatal() -> None:
+    def respond(call: Call) -> dict[str, str] | Exception:
+        if _problem(call) == "q-lm-fails":
+            return RuntimeError("model server went away")
+        return {"answer": "7"}
+
+    def picky_metric(example, pred, trace=None):
+        if example.problem == "q-metric-fails":
+            raise KeyError("broken metric")
+        return 1.0
+
+    report = evaluate_at_k(
+        _program(), _examples("q-ok", "q-metric-fails", "q-lm-fails"), picky_metric, k=2, temperature=0.3,
+        num_threads=2, lm=scripted_lm(respond), progress=False,
+    )
+    ok, metric_failed, lm_failed = report.examples
+    assert [s.score for s in ok.samples] == [1.0, 1.0]
+    assert all(s.metric_error and "broken metric" in s.metric_error for s in metric_failed.samples)
+    assert all(s.error and "model server went away" in s.error for s in lm_failed.samples)
+    assert (report.metric_errors, report.program_errors) == (2, 2)
+    assert report.mean_at_k == pytest.approx(1 / 3)
+
+
+def test_library_is_applied_to_the_program(tmp_path: Path) -> None:
+    systems: list[str] = []
+
+    def respond(call: Call) -> dict[str, str]:
+        systems.append(call.system)
+        return {"answer": "7"}
+
+    library = ExperienceLibrary.from_texts(["Check the units before answering."])
+    path = library.save(tmp_path / "library.json")
+    report = evaluate_at_k(
+        _program(), _examples("q"), exact, k=1, temperature=0.3, lm=scripted_lm(respond), library=str(path),
+        progress=False,
+    )
+    assert report.library_size == 1
+    assert "Check the units before answering." in systems[0]
+    with pytest.raises(TypeError, match="library"):
+        evaluate_at_k(_program(), _examples("q"), exact, k=1, temperature=0.3, lm=scripted_lm(respond), library=3)
+
+
+def test_feedback_metric_and_json_report(tmp_path: Path) -> None:
+    def feedback_metric(example, pred, trace=None):
+        return dspy.Prediction(score=0.5, feedback="half credit")
+
+    report = evaluate_at_k(
+        _program(), _examples("q"), feedback_metric, k=2, temperature=0.3,
+        lm=scripted_lm(lambda call: {"answer": "7"}), progress=False,
+    )
+    assert report.mean_at_k == 0.5 and report.pass_at_k == 0.0  # 0.5 < success_threshold 1.0
+    saved = json.loads(report.save(tmp_path / "out" / "report.json").read_text())
+    assert saved["mean_at_k"] == 0.5 and saved["k"] == 2
+    assert saved["examples"][0]["samples"][0]["feedback"] == "half credit"
+    assert saved["examples"][0]["inputs"] == {"problem": "q"}
+    assert isinstance(report, EvalReport) and "Mean@2 0.500" in report.summary()
+
+
+def test_bad_arguments_are_rejected() -> None:
+    lm = scripted_lm(lambda call: {"answer": "7"})
+    with pytest.raises(ValueError, match="k must"):
+        evaluate_at_k(_program(), _examples("q"), exact, k=0, temperature=0.3, lm=lm)
+    with pytest.raises(ValueError, match="examples"):
+        evaluate_at_k(_program(), [], exact, k=1, temperature=0.3, lm=lm)
+    with pytest.raises(ValueError, match="temperature"):
+        evaluate_at_k(_program(), _examples("q"), exact, k=1, temperature=-1, lm=lm)
+    with pytest.raises(TypeError, match="program"):
+        evaluate_at_k(lambda problem: None, _examples("q"), exact, k=1, temperature=0.3, lm=lm)
+    with dspy.context(lm=None):
+        with pytest.raises(ValueError, match="lm"):
+            evaluate_at_k(_program(), _examples("q"), exact, k=1, temperature=0.3)
