@@ -27,6 +27,7 @@ class Call:
     system: str
     temperature: float | None
     number: int
+    seed: int | None = None
 
 
 def classify(system: str) -> str:
@@ -54,7 +55,7 @@ class ScriptedEngine:
         user = request.messages[-1].text or ""
         with self.lock:
             call = Call(classify(system), {k: v.strip() for k, v in _FIELD.findall(user)}, system,
-                        request.config.temperature, len(self.calls))
+                        request.config.temperature, len(self.calls), request.config.seed)
             self.calls.append(call)
         fields = self.respond(call)
         if isinstance(fields, Exception):

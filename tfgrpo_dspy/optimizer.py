@@ -165,6 +165,9 @@ class TrainingFreeGRPO(Teleprompter):
         informative_only: only groups with mixed rewards (std > 0) reach extraction.
         predictors: names of the predictors that carry the library; None = all of them.
         failure_score: the reward of a rollout that crashed or whose metric failed.
+        seed_rollouts: send each rollout a sampling seed derived from its id, so it can be
+            regenerated exactly (supported by OpenAI, vLLM, SGLang, llama.cpp; off by default
+            because some providers reject the parameter).
         log_dir: where every result is written as it is produced; rerunning with the same
             log_dir resumes the run.
         max_lm_calls / max_tokens_budget / max_cost: stop cleanly once the run has spent this
@@ -195,6 +198,7 @@ class TrainingFreeGRPO(Teleprompter):
         informative_only: bool = True,
         predictors: Sequence[str] | None = None,
         failure_score: float = 0.0,
+        seed_rollouts: bool = False,
         log_dir: str | None = None,
         max_lm_calls: int | None = None,
         max_tokens_budget: int | None = None,
@@ -252,6 +256,7 @@ class TrainingFreeGRPO(Teleprompter):
         self.informative_only = informative_only
         self.predictors = list(predictors) if predictors is not None else None
         self.failure_score = float(failure_score)
+        self.seed_rollouts = bool(seed_rollouts)
         self.log_dir = str(log_dir) if log_dir is not None else None
         self.max_lm_calls = max_lm_calls
         self.max_tokens_budget = max_tokens_budget
@@ -446,6 +451,7 @@ class _Run:
                 temperature=self.opt.temperature,
                 metric=self.opt.metric if self.opt.ground_truth else None,
                 failure_score=self.opt.failure_score,
+                sampling_seed=self._rollout_id(step, i, k) % 2**31 if self.opt.seed_rollouts else None,
             )
 
         results = self._cached_map(step, "rollouts", jobs, lambda job: f"ex{job[0]:04d}_s{job[1]}",
@@ -596,7 +602,7 @@ class _Run:
                 "max_words": opt.max_words, "max_proposals": opt.max_proposals, "seed": opt.seed,
                 "ground_truth": opt.ground_truth, "answer_field": opt.answer_field,
                 "informative_only": opt.informative_only, "predictors": opt.predictors,
-                "failure_score": opt.failure_score,
+                "failure_score": opt.failure_score, "seed_rollouts": opt.seed_rollouts,
             },
         }
 

@@ -17,7 +17,7 @@ import statistics
 import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import dspy
@@ -205,19 +205,25 @@ def count_tool_calls(outputs: dict[str, Any] | None) -> int:
     return sum(1 for key, value in trajectory.items() if key.startswith("tool_name_") and value != "finish")
 
 
-def bind_rollout_lms(program: dspy.Module, rollout_id: int, temperature: float) -> list[dspy.BaseLM]:
+def bind_rollout_lms(
+    program: dspy.Module, rollout_id: int, temperature: float, sampling_seed: int | None = None
+) -> list[dspy.BaseLM]:
     """Give every predictor of ``program`` (a private copy) a private LM copy for this rollout.
 
     A predictor's own LM wins over the global one, as in DSPy; one copy per distinct base LM,
-    so history is not double counted.
+    so history is not double counted. ``sampling_seed``, when given, is sent to the provider so
+    the rollout can be regenerated exactly (OpenAI, vLLM, SGLang and llama.cpp honour it).
     """
+    settings = {"rollout_id": rollout_id, "temperature": temperature}
+    if sampling_seed is not None:
+        settings["seed"] = sampling_seed
     copies: dict[int, dspy.BaseLM] = {}
     for name, predictor in program.named_predictors():
         base = predictor.lm or dspy.settings.lm
         if base is None:
             raise ValueError(f"predictor {name!r} has no LM: call dspy.configure(lm=...) or set predictor.lm")
         if id(base) not in copies:
-            copies[id(base)] = base.copy(rollout_id=rollout_id, temperature=temperature)
+            copies[id(base)] = base.copy(**settings)
         predictor.lm = copies[id(base)]
     return list(copies.values())
 
@@ -232,13 +238,14 @@ def run_rollout(
     temperature: float,
     metric: Callable | None,
     failure_score: float = 0.0,
+    sampling_seed: int | None = None,
 ) -> Rollout:
     """Run one rollout on a private copy of ``program``; never raises for LM, program or metric errors.
 
     With ``metric=None`` (no-ground-truth mode) the score is filled in later by the group's vote.
     """
     local = program.deepcopy()
-    lms = bind_rollout_lms(local, rollout_id, temperature)
+    lms = bind_rollout_lms(local, rollout_id, temperature, sampling_seed)
     names = {id(p): n for n, p in local.named_predictors()}
     inputs = example.inputs().toDict()
     prediction, error = None, None
@@ -279,6 +286,4 @@ def apply_majority_vote(rollouts: Sequence[Rollout], answer_field: str) -> list[
     """Score a group by agreement with its majority answer (self-consistency, no labels)."""
     scores, winner = majority_vote_scores([None if r.failed else r.answer(answer_field) for r in rollouts])
     feedback = f"majority answer: {winner}" if winner is not None else "no majority answer"
-    return [
-        Rollout(**{**r.__dict__, "score": s, "feedback": feedback}) for r, s in zip(rollouts, scores, strict=True)
-    ]
+    return [replace(r, score=s, feedback=feedback) for r, s in zip(rollouts, scores, strict=True)]
