@@ -92,10 +92,9 @@ def test_non_informative_groups_are_skipped():
         return reply if reply is not None else {"answer": "4"}
 
     lm = scripted_lm(always_right)
+    data = [dspy.Example(question="2+2", answer="4").with_inputs("question")]
     with dspy.context(lm=lm):
-        compiled = optimizer(epochs=1).compile(
-            dspy.Predict("question -> answer"), trainset=[dspy.Example(question="2+2", answer="4").with_inputs("question")]
-        )
+        compiled = optimizer(epochs=1).compile(dspy.Predict("question -> answer"), trainset=data)
     assert set(lm._engine_spec.kinds()) == {"policy"}  # no summary, extraction or update call
     assert compiled.tfgrpo_result.steps[0].informative_groups == 0
     assert len(compiled.experience_library) == 0

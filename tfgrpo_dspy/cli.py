@@ -1,0 +1,309 @@
+"""The ``tfgrpo`` command: train, eval, show, diff, demo, tasks."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from tfgrpo_dspy.evaluation import EvalReport, evaluate_at_k
+from tfgrpo_dspy.kits.math.task import MATH_TASKS
+from tfgrpo_dspy.kits.web.task import WEB_TASKS
+from tfgrpo_dspy.kits.wordproblems.task import WORDPROBLEM_TASKS
+from tfgrpo_dspy.library import ExperienceLibrary, write_json_atomic
+from tfgrpo_dspy.lm import make_lm
+from tfgrpo_dspy.optimizer import TrainingFreeGRPO, TrainingFreeGRPOResult
+from tfgrpo_dspy.tasks import Task, TaskData
+
+logger = logging.getLogger("tfgrpo_dspy")
+
+TASKS: dict[str, Task] = {**WORDPROBLEM_TASKS, **MATH_TASKS, **WEB_TASKS}
+
+
+# -- argument groups ----------------------------------------------------------------------------
+def _add_lm_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lm", default="local", help="policy LM: 'local' (embedded, default), 'local:0.5b', "
+                        "or any DSPy model string such as openai/gpt-4o-mini or deepseek/deepseek-chat")
+    parser.add_argument("--api-base", help="URL of an OpenAI-compatible server (vLLM, SGLang, Ollama) for --lm")
+    parser.add_argument("--api-key", help="API key for --lm (default: the provider's environment variable)")
+    parser.add_argument("--reflection-lm", help="LM for the reflection steps and judges (default: --lm)")
+    parser.add_argument("--reflection-api-base", help="URL of an OpenAI-compatible server for --reflection-lm")
+
+
+def _add_data_args(parser: argparse.ArgumentParser, split: str) -> None:
+    parser.add_argument("--task", required=True, choices=sorted(TASKS), help="the task to run")
+    parser.add_argument("--source", help=f"hub id or local file/folder for the {split} data (default: the task's)")
+    parser.add_argument("--n", type=int, help=f"number of {split} examples (default: the task's)")
+    parser.add_argument("--seed", type=int, default=0, help="data sampling and run seed")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tfgrpo", description="Training-Free GRPO for DSPy programs.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="learn an experience library for a task")
+    _add_data_args(train, "training")
+    _add_lm_args(train)
+    train.add_argument("--out", required=True, help="output folder: library.json, program.json, stats.json, log/")
+    train.add_argument("--group-size", type=int)
+    train.add_argument("--epochs", type=int)
+    train.add_argument("--batch-size", type=int)
+    train.add_argument("--temperature", type=float)
+    train.add_argument("--max-experiences", type=int)
+    train.add_argument("--max-words", type=int)
+    train.add_argument("--num-threads", type=int)
+    train.add_argument("--no-ground-truth", action="store_true", help="reward = agreement with the majority answer")
+    train.add_argument("--max-lm-calls", type=int, help="stop cleanly after this many billed LM calls")
+    train.add_argument("--max-tokens-budget", type=int, help="stop cleanly after this many tokens")
+    train.add_argument("--max-cost", type=float, help="stop cleanly after this many USD (where the LM reports cost)")
+    train.add_argument("--estimate", action="store_true",
+                       help="print the number of calls the run would make; spend nothing")
+
+    evaluate = sub.add_parser("eval", help="Mean@k and Pass@k with and without a library")
+    _add_data_args(evaluate, "evaluation")
+    _add_lm_args(evaluate)
+    evaluate.add_argument("--library", help="an experience library JSON to evaluate against no library")
+    evaluate.add_argument("--k", type=int, help="samples per example (default: the task's)")
+    evaluate.add_argument("--temperature", type=float, help="sampling temperature (default: the task's)")
+    evaluate.add_argument("--num-threads", type=int, default=4)
+    evaluate.add_argument("--out", help="write the reports as JSON here")
+
+    show = sub.add_parser("show", help="print a library")
+    show.add_argument("library")
+    show.add_argument("--audit", action="store_true", help="also print the audit log")
+
+    diff = sub.add_parser("diff", help="what changed between two libraries")
+    diff.add_argument("old")
+    diff.add_argument("new")
+
+    demo = sub.add_parser("demo", help="the main job on the embedded model, offline: before, train, after")
+    demo.add_argument("--lm", default="local", help="LM to use (default: the embedded model)")
+    demo.add_argument("--out", default="tfgrpo-demo", help="output folder (resumable log in OUT/log)")
+    demo.add_argument("--train-n", type=int, help="training problems")
+    demo.add_argument("--heldout-n", type=int, help="held-out problems")
+    demo.add_argument("--seed", type=int, default=0)
+
+    sub.add_parser("tasks", help="list the tasks")
+    return parser
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def _lms(args: argparse.Namespace) -> tuple[dspy.LM, dspy.LM]:
+    policy = make_lm(args.lm, api_base=args.api_base, api_key=args.api_key)
+    if getattr(args, "reflection_lm", None):
+        reflection = make_lm(args.reflection_lm, api_base=args.reflection_api_base)
+    else:
+        reflection = policy
+    return policy, reflection
+
+
+def _format_usage(result: TrainingFreeGRPOResult) -> str:
+    lines = []
+    for role, usage in (("policy", result.policy_usage), ("reflection", result.reflection_usage)):
+        cost = f", ${usage.cost:.4f}" if usage.cost else ""
+        lines.append(f"  {role:<10} {usage.calls} calls ({usage.cache_hits} cached), "
+                     f"{usage.prompt_tokens} prompt + {usage.completion_tokens} completion tokens{cost}")
+    return "\n".join(lines)
+
+
+def format_steps(result: TrainingFreeGRPOResult) -> str:
+    header = "step epoch  reward  informative  applied refused  library  ~tokens  policy_tok  reflect_tok  time_s"
+    rows = [header]
+    for s in result.steps:
+        rows.append(
+            f"{s.step:>4} {s.epoch:>5}  {s.mean_reward:>6.3f}  {s.informative_groups:>5}/{s.groups:<5}  "
+            f"{s.ops_applied:>7} {s.ops_refused:>7}  {s.library_size:>7}  {s.library_tokens:>7}  "
+            f"{s.policy_usage.total_tokens:>10}  {s.reflection_usage.total_tokens:>11}  {s.wall_time_s:>6.0f}"
+        )
+    return "\n".join(rows)
+
+
+def _print_library(library: ExperienceLibrary) -> None:
+    print(library.render() or "(empty library)")
+
+
+def _train_settings(task: Task, args: argparse.Namespace) -> dict[str, Any]:
+    settings = dict(task.train_defaults)
+    overrides = {
+        "group_size": args.group_size, "epochs": args.epochs, "batch_size": args.batch_size,
+        "temperature": args.temperature, "max_experiences": args.max_experiences, "max_words": args.max_words,
+        "num_threads": args.num_threads, "max_lm_calls": args.max_lm_calls,
+        "max_tokens_budget": args.max_tokens_budget, "max_cost": args.max_cost,
+    }
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    if args.no_ground_truth:
+        settings.update(ground_truth=False, answer_field=task.answer_field)
+    return settings
+
+
+# -- commands ----------------------------------------------------------------------------------
+def cmd_train(args: argparse.Namespace) -> int:
+    task = TASKS[args.task]
+    trainset = task.load_trainset(TaskData(source=args.source, n=args.n or task.default_train_n, seed=args.seed))
+    program = task.make_program()
+    out = Path(args.out)
+    settings = _train_settings(task, args)
+    if args.estimate:
+        optimizer = TrainingFreeGRPO(metric=task.make_metric(None), seed=args.seed, **settings)
+        print(f"{task.name}: {len(trainset)} training examples; {optimizer.estimate(program, trainset)}")
+        return 0
+    policy, reflection = _lms(args)
+    dspy.configure(lm=policy)
+    optimizer = TrainingFreeGRPO(metric=task.make_metric(reflection), reflection_lm=reflection, seed=args.seed,
+                                 log_dir=str(out / "log"), seed_rollouts=args.lm.startswith("local"), **settings)
+    print(f"{task.name}: {len(trainset)} training examples; {optimizer.estimate(program, trainset)}")
+    compiled = optimizer.compile(program, trainset=trainset)
+    result = compiled.tfgrpo_result
+    result.library.save(out / "library.json")
+    compiled.save(str(out / "program.json"))
+    write_json_atomic(out / "stats.json", result.to_dict())
+    print(format_steps(result))
+    print(_format_usage(result))
+    if result.stopped_reason:
+        print(f"stopped early: {result.stopped_reason} (rerun the same command to resume)")
+    print(f"\nlearned library ({len(result.library)} lessons) -> {out / 'library.json'}")
+    _print_library(result.library)
+    return 0
+
+
+def _eval_line(name: str, report: EvalReport) -> str:
+    return (f"  {name:<16} Mean@{report.k} {100 * report.mean_at_k:5.1f}%   Pass@{report.k} "
+            f"{100 * report.pass_at_k:5.1f}%   errors {report.program_errors + report.metric_errors}")
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    task = TASKS[args.task]
+    examples = task.load_evalset(TaskData(source=args.source, n=args.n or task.default_eval_n, seed=args.seed))
+    k = args.k or task.eval_defaults.get("k", 1)
+    temperature = args.temperature if args.temperature is not None else task.eval_defaults.get("temperature", 0.0)
+    policy, reflection = _lms(args)
+    dspy.configure(lm=policy)
+    metric = task.make_metric(reflection)
+    program = task.make_program()
+    reports = {"no library": evaluate_at_k(program, examples, metric, k=k, temperature=temperature,
+                                           num_threads=args.num_threads, lm=policy,
+                                           answer_field=task.answer_field)}
+    if args.library:
+        library = ExperienceLibrary.load(args.library)
+        reports["with library"] = evaluate_at_k(program, examples, metric, k=k, temperature=temperature,
+                                                num_threads=args.num_threads, lm=policy, library=library,
+                                                answer_field=task.answer_field)
+    print(f"{task.name}: {len(examples)} examples, k={k}, temperature={temperature}")
+    for name, report in reports.items():
+        print(_eval_line(name, report))
+    if args.out:
+        write_json_atomic(Path(args.out), {name: r.to_dict() for name, r in reports.items()})
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    library = ExperienceLibrary.load(args.library)
+    caps = f"max {library.max_experiences} lessons, {library.max_words} words each"
+    print(f"{args.library}: {len(library)} lessons (~{library.approx_tokens()} tokens; {caps})")
+    for exp in library:
+        steps = f"  (added step {exp.added_step}, updated step {exp.updated_step})" if exp.added_step else ""
+        print(f"[{exp.label}] {exp.text}{steps}")
+    if args.audit:
+        print("\naudit log:")
+        for entry in library.audit_log:
+            print(f"  step {entry.step}: {entry.op:<6} {entry.status:<7} {entry.detail}")
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    print(ExperienceLibrary.load(args.old).diff(ExperienceLibrary.load(args.new)))
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    for name, task in sorted(TASKS.items()):
+        print(f"{name:<14} {task.description}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Held-out accuracy before, train, held-out accuracy after, on the embedded model."""
+    task = TASKS["wordproblems"]
+    started = time.monotonic()
+    out = Path(args.out)
+    train_n = args.train_n or task.default_train_n
+    heldout_n = args.heldout_n or task.default_eval_n
+    trainset = task.load_trainset(TaskData(n=train_n, seed=args.seed))
+    heldout = task.load_evalset(TaskData(n=heldout_n, seed=args.seed))
+    print(f"tfgrpo demo: {len(trainset)} training and {len(heldout)} held-out generated word problems, "
+          f"LM {args.lm} (first use joins the model weights; the model then loads in a few seconds)")
+    lm = make_lm(args.lm)
+    dspy.configure(lm=lm)
+    metric = task.make_metric(None)
+    program = task.make_program()
+    evals = dict(k=task.eval_defaults.get("k", 1), temperature=task.eval_defaults.get("temperature", 0.0),
+                 num_threads=task.train_defaults.get("num_threads", 4), lm=lm, answer_field=task.answer_field)
+
+    print("\n[1/3] held-out accuracy without a library")
+    before = evaluate_at_k(program, heldout, metric, **evals)
+    print(_eval_line("before", before))
+
+    print("\n[2/3] training (Training-Free GRPO)")
+    optimizer = TrainingFreeGRPO(metric=metric, seed=args.seed, log_dir=str(out / "log"), seed_rollouts=True,
+                                 **task.train_defaults)
+    print(f"  plan: {optimizer.estimate(program, trainset)}")
+    compiled = optimizer.compile(program, trainset=trainset)
+    result = compiled.tfgrpo_result
+    result.library.save(out / "library.json")
+    write_json_atomic(out / "stats.json", result.to_dict())
+
+    print("\n[3/3] held-out accuracy with the learned library")
+    after = evaluate_at_k(program, heldout, metric, library=result.library, rollout_id_offset=10**6, **evals)
+    print(_eval_line("after", after))
+
+    print("\n== learned library ==")
+    _print_library(result.library)
+    print("\n== run statistics ==")
+    print(format_steps(result))
+    print(_format_usage(result))
+    print("\n== held-out accuracy ==")
+    print(f"  {'':<16} {'accuracy':>9}")
+    print(f"  {'before':<16} {100 * before.mean_at_k:8.1f}%")
+    print(f"  {'after':<16} {100 * after.mean_at_k:8.1f}%")
+    delta = 100 * (after.mean_at_k - before.mean_at_k)
+    n = len(heldout)
+    if delta > 0:
+        verdict = f"the library helped: +{delta:.1f} points on {n} held-out problems"
+    elif delta == 0:
+        verdict = f"the library did not change held-out accuracy on {n} problems"
+    else:
+        verdict = f"the library did NOT help: {delta:.1f} points on {n} held-out problems"
+    print(f"  {verdict} (one sample each; differences of a few points are within noise at this size).")
+    write_json_atomic(out / "demo.json", {"before": before.to_dict(), "after": after.to_dict(),
+                                          "train": result.to_dict()})
+    print(f"\nfinished in {(time.monotonic() - started) / 60:.1f} min; library, statistics and logs in {out}/")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "show": cmd_show, "diff": cmd_diff, "demo": cmd_demo,
+            "tasks": cmd_tasks}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("LiteLLM", "httpx", "dspy"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    try:
+        return COMMANDS[args.command](args)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        print(f"tfgrpo {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
