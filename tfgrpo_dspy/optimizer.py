@@ -8,7 +8,6 @@ Every result is written to ``log_dir`` as soon as it exists, so an interrupted r
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
 import json
 import logging
@@ -17,8 +16,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, TypeVar
 
@@ -28,6 +26,7 @@ from dspy.teleprompt.teleprompt import Teleprompter
 
 from tfgrpo_dspy.injection import select_predictors, with_experiences
 from tfgrpo_dspy.library import ExperienceLibrary, write_json_atomic
+from tfgrpo_dspy.parallel import map_in_threads
 from tfgrpo_dspy.reflection import Proposal, Reflector, RolloutSummary, UpdateDecision
 from tfgrpo_dspy.rollouts import GroupOutcome, Rollout, apply_majority_vote, metric_call_arity, run_rollout
 from tfgrpo_dspy.runlog import RunLog
@@ -175,6 +174,8 @@ class TrainingFreeGRPO(Teleprompter):
             the last completed step.
         max_errors: abort with `TrainingAborted` after this many failed rollouts or reflection
             calls in one session (a bad key or a dead server), leaving log_dir resumable.
+        call_timeout: wall-clock seconds a rollout or a reflection call may take; one that hangs is
+            abandoned and recorded as a failure (None: no limit beyond the LM's own timeouts).
         reflection_retries: extra attempts for a reflection call whose output is malformed.
         progress: show tqdm progress bars.
     """
@@ -204,6 +205,7 @@ class TrainingFreeGRPO(Teleprompter):
         max_tokens_budget: int | None = None,
         max_cost: float | None = None,
         max_errors: int | None = 10,
+        call_timeout: float | None = None,
         reflection_retries: int = 2,
         progress: bool = True,
     ):
@@ -236,6 +238,8 @@ class TrainingFreeGRPO(Teleprompter):
                 _require_int(name, value, minimum=1)
         if max_cost is not None and (not isinstance(max_cost, (int, float)) or max_cost <= 0):
             raise ValueError(f"max_cost must be a positive number of USD, got {max_cost!r}")
+        if call_timeout is not None and (not isinstance(call_timeout, (int, float)) or call_timeout <= 0):
+            raise ValueError(f"call_timeout must be a positive number of seconds, got {call_timeout!r}")
         if group_size == 1 and informative_only:
             logger.warning("group_size=1 never yields mixed-reward groups; pass informative_only=False "
                            "to learn from single rollouts against the ground truth")
@@ -262,6 +266,7 @@ class TrainingFreeGRPO(Teleprompter):
         self.max_tokens_budget = max_tokens_budget
         self.max_cost = max_cost
         self.max_errors = max_errors
+        self.call_timeout = call_timeout
         self.reflection_retries = reflection_retries
         self.progress = progress
 
@@ -348,7 +353,8 @@ class _Run:
         self.program = program
         self.trainset = trainset
         self.log = RunLog(optimizer.log_dir)
-        self.reflector = Reflector(optimizer.reflection_lm, max_retries=optimizer.reflection_retries)
+        self.reflector = Reflector(optimizer.reflection_lm, max_retries=optimizer.reflection_retries,
+                                   timeout=optimizer.call_timeout)
         self.library = ExperienceLibrary(max_experiences=optimizer.max_experiences, max_words=optimizer.max_words)
         self.steps: list[StepStats] = []
         self.spent = Usage()
@@ -452,6 +458,7 @@ class _Run:
                 metric=self.opt.metric if self.opt.ground_truth else None,
                 failure_score=self.opt.failure_score,
                 sampling_seed=self._rollout_id(step, i, k) % 2**31 if self.opt.seed_rollouts else None,
+                timeout=self.opt.call_timeout,
             )
 
         results = self._cached_map(step, "rollouts", jobs, lambda job: f"ex{job[0]:04d}_s{job[1]}",
@@ -539,7 +546,7 @@ class _Run:
 
         with tqdm.tqdm(total=len(keys), initial=len(keys) - len(todo), desc=desc, disable=not self.opt.progress,
                        leave=False) as bar:
-            for key, record in _parallel(guarded, todo, self.opt.num_threads):
+            for key, record in map_in_threads(guarded, todo, self.opt.num_threads):
                 bar.update(1)
                 if record is None:
                     continue
@@ -619,19 +626,3 @@ class _Run:
         if self.log.root is not None:
             write_json_atomic(self.log.root / "valset.json", scores)
         return scores
-
-
-def _parallel(work: Callable[[T], R], items: Iterable[T], num_threads: int) -> Iterable[tuple[T, R]]:
-    """Yield (item, result) as results complete; each worker inherits the caller's DSPy context."""
-    items = list(items)
-    if not items:
-        return
-    with ThreadPoolExecutor(max_workers=min(num_threads, len(items))) as pool:
-        futures = {pool.submit(contextvars.copy_context().run, work, item): item for item in items}
-        try:
-            for future in as_completed(futures):
-                yield futures[future], future.result()
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise

@@ -15,6 +15,7 @@ from typing import Any
 import dspy
 
 from tfgrpo_dspy.library import EditOp, ExperienceLibrary
+from tfgrpo_dspy.parallel import call_with_timeout
 from tfgrpo_dspy.rollouts import GroupOutcome, Rollout
 from tfgrpo_dspy.signatures import ExtractLessons, SummarizeRollout, UpdateLibrary
 from tfgrpo_dspy.usage import Usage, usage_of
@@ -152,10 +153,19 @@ class Reflector:
         lm: the reflection LM; None means ``dspy.settings.lm`` at call time.
         max_retries: extra attempts after a failed or unparsable call.
         retry_temperature: sampling temperature of the retries, so a retry is a new sample.
+        timeout: wall-clock seconds one attempt may take before it is abandoned and retried.
     """
 
-    def __init__(self, lm: dspy.BaseLM | None = None, *, max_retries: int = 2, retry_temperature: float = 0.7):
+    def __init__(
+        self,
+        lm: dspy.BaseLM | None = None,
+        *,
+        max_retries: int = 2,
+        retry_temperature: float = 0.7,
+        timeout: float | None = None,
+    ):
         self.lm = lm
+        self.timeout = timeout
         self.max_retries = max_retries
         self.retry_temperature = retry_temperature
 
@@ -173,7 +183,8 @@ class Reflector:
             predictor.lm = lm
             try:
                 with dspy.context(disable_history=False):
-                    return predictor(**inputs), None, usage_of(copies)
+                    prediction = call_with_timeout(lambda: predictor(**inputs), self.timeout)  # noqa: B023
+                return prediction, None, usage_of(copies)
             except Exception as exc:
                 last_error = f"{type(exc).__name__}: {exc}"
                 logger.info("%s attempt %d failed: %s", signature.__name__, attempt + 1, last_error)

@@ -22,6 +22,7 @@ from typing import Any
 
 import dspy
 
+from tfgrpo_dspy.parallel import call_with_timeout
 from tfgrpo_dspy.usage import Usage, usage_of
 
 logger = logging.getLogger(__name__)
@@ -239,10 +240,12 @@ def run_rollout(
     metric: Callable | None,
     failure_score: float = 0.0,
     sampling_seed: int | None = None,
+    timeout: float | None = None,
 ) -> Rollout:
     """Run one rollout on a private copy of ``program``; never raises for LM, program or metric errors.
 
     With ``metric=None`` (no-ground-truth mode) the score is filled in later by the group's vote.
+    A rollout that runs longer than ``timeout`` seconds is abandoned and recorded as failed.
     """
     local = program.deepcopy()
     lms = bind_rollout_lms(local, rollout_id, temperature, sampling_seed)
@@ -251,7 +254,7 @@ def run_rollout(
     prediction, error = None, None
     with dspy.context(trace=[], disable_history=False):
         try:
-            prediction = local(**inputs)
+            prediction = call_with_timeout(lambda: local(**inputs), timeout)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             logger.debug("rollout %s failed:\n%s", rollout_id, traceback.format_exc())

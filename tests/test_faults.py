@@ -1,0 +1,92 @@
+"""Fault injection: flaky, hanging and garbage-producing LMs never crash a run or lose finished work."""
+
+import json
+import time
+
+import dspy
+from dspy.lm15 import RateLimitError
+from scripted import ScriptedEngine, default_reflection
+
+from tfgrpo_dspy import TrainingFreeGRPO
+
+
+def metric(example, prediction, trace=None):
+    return float(prediction.answer == example.answer)
+
+
+def data(n=2):
+    return [dspy.Example(question=f"Say w{i}", answer=f"w{i}").with_inputs("question") for i in range(n)]
+
+
+def policy(call):
+    reply = default_reflection(call)
+    if reply is not None:
+        return reply
+    return {"answer": call.inputs["question"].split()[1].split("\n")[0] if call.seed % 2 else "no"}
+
+
+def optimizer(**kwargs):
+    return TrainingFreeGRPO(metric=metric, group_size=2, epochs=1, num_threads=4, seed_rollouts=True,
+                            progress=False, **kwargs)
+
+
+def test_transient_rate_limits_are_retried_by_the_lm():
+    def flaky(call):
+        if call.kind == "policy" and call.number % 3 == 0:
+            return RateLimitError("slow down", retry_after=0.01)
+        return policy(call)
+
+    engine = ScriptedEngine(flaky)
+    lm = dspy.LM("scripted/model", engine=engine, cache=False, num_retries=3)
+    with dspy.context(lm=lm):
+        compiled = optimizer().compile(dspy.Predict("question -> answer"), trainset=data())
+    step = compiled.tfgrpo_result.steps[0]
+    assert step.rollout_errors == 0 and step.rollouts == 4
+    assert engine.kinds().count("policy") > 4  # some calls were retried
+
+
+def test_a_hanging_lm_call_is_abandoned_and_recorded(tmp_path):
+    def hangs_once(call):
+        if call.kind == "policy" and call.number == 0:
+            time.sleep(5)
+        return policy(call)
+
+    lm = dspy.LM("scripted/model", engine=ScriptedEngine(hangs_once), cache=False, num_retries=0)
+    started = time.monotonic()
+    with dspy.context(lm=lm):
+        compiled = optimizer(call_timeout=0.5, log_dir=tmp_path).compile(
+            dspy.Predict("question -> answer"), trainset=data()
+        )
+    assert time.monotonic() - started < 4.5  # the run did not wait for the hung call
+    records = [json.loads(p.read_text()) for p in (tmp_path / "steps" / "0001" / "rollouts").glob("*.json")]
+    timed_out = [r for r in records if r["error"] and "no answer within 0.5 s" in r["error"]]
+    assert len(timed_out) == 1 and timed_out[0]["score"] == 0.0
+    assert compiled.tfgrpo_result.steps[0].rollout_errors == 1
+
+
+def test_garbage_from_the_policy_is_scored_not_fatal():
+    def garbage(call):
+        if call.kind == "policy":
+            return "<<<%%% not the format at all"
+        return policy(call)
+
+    lm = dspy.LM("scripted/model", engine=ScriptedEngine(garbage), cache=False, num_retries=0)
+    with dspy.context(lm=lm):
+        compiled = optimizer(max_errors=None).compile(dspy.Predict("question -> answer"), trainset=data())
+    step = compiled.tfgrpo_result.steps[0]
+    assert step.rollout_errors == 4 and step.mean_reward == 0.0 and len(compiled.experience_library) == 0
+
+
+def test_garbage_extraction_output_is_retried_then_skipped():
+    def bad_lessons(call):
+        if call.kind == "extract":
+            return {"proposals": "definitely not json"}
+        return policy(call)
+
+    engine = ScriptedEngine(bad_lessons)
+    lm = dspy.LM("scripted/model", engine=engine, cache=False, num_retries=0)
+    with dspy.context(lm=lm):
+        compiled = optimizer(reflection_retries=1).compile(dspy.Predict("question -> answer"), trainset=data())
+    step = compiled.tfgrpo_result.steps[0]
+    assert step.informative_groups == 2 and step.reflection_errors == 2
+    assert len(compiled.experience_library) == 0 and "update" not in engine.kinds()
