@@ -181,12 +181,12 @@ def test_compile_react_program_counts_tool_calls(tmp_path):
             if "observation_0" in call.inputs:  # the trajectory so far already holds one search
                 return {"next_thought": "done", "next_tool_name": "finish", "next_tool_args": {}}
             return {"next_thought": "search", "next_tool_name": "search", "next_tool_args": {"query": "x"}}
-        return {"reasoning": "r", "answer": "2" if call.number % 2 else "no"}
+        return {"reasoning": "r", "answer": "2" if call.seed % 2 else "no"}  # per-rollout seed: mixed groups
 
     lm = scripted_lm(react_script)
     agent = dspy.ReAct("question -> answer", tools=[search], max_iters=3)
     with dspy.context(lm=lm):
-        compiled = optimizer(epochs=1, log_dir=tmp_path).compile(agent, trainset=trainset(1))
+        compiled = optimizer(epochs=1, log_dir=tmp_path, seed_rollouts=True).compile(agent, trainset=trainset(1))
     step = compiled.tfgrpo_result.steps[0]
     assert step.tool_calls == 4
     assert BLOCK_START in compiled.react.signature.instructions
