@@ -1,0 +1,81 @@
+"""The tfgrpo command line, offline: a scripted LM stands in for the embedded model."""
+
+import json
+
+import pytest
+from scripted import default_reflection, scripted_lm
+
+from tfgrpo_dspy import ExperienceLibrary, cli
+
+
+def solver(call):
+    reply = default_reflection(call)
+    if reply is not None:
+        return reply
+    return {"reasoning": "count", "answer": "75" if call.seed is not None and call.seed % 2 else "1"}
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    lm = scripted_lm(solver)
+    monkeypatch.setattr(cli, "make_lm", lambda spec, **kwargs: lm)
+    return lm
+
+
+def run(*argv):
+    return cli.main(list(argv))
+
+
+def test_train_writes_library_program_and_stats_then_resumes_for_free(scripted, tmp_path, capsys):
+    argv = ["train", "--task", "wordproblems", "--n", "2", "--group-size", "2", "--epochs", "1",
+            "--num-threads", "2", "--out", str(tmp_path)]
+    assert run(*argv) == 0
+    out = capsys.readouterr().out
+    assert "2 training examples" in out and "learned library" in out
+    library = ExperienceLibrary.load(tmp_path / "library.json")
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["steps"][0]["rollouts"] == 4 and stats["steps"][0]["library_size"] == len(library)
+    assert "experience_library" not in json.loads((tmp_path / "program.json").read_text())  # state only
+    calls = len(scripted._engine_spec.calls)
+    assert run(*argv) == 0  # same --out: resumes a finished run, spending nothing
+    assert len(scripted._engine_spec.calls) == calls
+
+
+def test_train_estimate_spends_nothing(scripted, capsys):
+    assert run("train", "--task", "wordproblems", "--n", "5", "--out", "unused", "--estimate") == 0
+    assert "5 training examples" in capsys.readouterr().out
+    assert not scripted._engine_spec.calls
+
+
+def test_eval_with_and_without_library(scripted, tmp_path, capsys):
+    library = ExperienceLibrary.from_texts(["When lengths mix meters and centimeters, convert first."])
+    library.save(tmp_path / "lib.json")
+    assert run("eval", "--task", "wordproblems", "--n", "2", "--k", "2", "--library", str(tmp_path / "lib.json"),
+               "--out", str(tmp_path / "eval.json")) == 0
+    out = capsys.readouterr().out
+    assert "no library" in out and "with library" in out and "Mean@2" in out
+    reports = json.loads((tmp_path / "eval.json").read_text())
+    assert reports["with library"]["library_size"] == 1 and reports["no library"]["k"] == 2
+    prompts = [c.system for c in scripted._engine_spec.calls]
+    assert sum("convert first" in p for p in prompts) == 4  # 2 examples x k=2 with the library
+
+
+def test_show_and_diff(tmp_path, capsys):
+    old = ExperienceLibrary.from_texts(["When a, do b.", "When c, do d."])
+    new = old.copy()
+    new.apply([{"op": "delete", "id": 1}, {"op": "add", "text": "When e, do f."}], step=1)
+    old.save(tmp_path / "old.json")
+    new.save(tmp_path / "new.json")
+    assert run("show", str(tmp_path / "new.json"), "--audit") == 0
+    shown = capsys.readouterr().out
+    assert "[E3] When e, do f." in shown and "deleted E1" in shown
+    assert run("diff", str(tmp_path / "old.json"), str(tmp_path / "new.json")) == 0
+    diff = capsys.readouterr().out
+    assert "- [E1] When a, do b." in diff and "+ [E3] When e, do f." in diff
+
+
+def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path, capsys):
+    assert run("show", str(tmp_path / "missing.json")) == 2
+    assert "no experience library" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run("train", "--task", "no-such-task", "--out", str(tmp_path))
