@@ -181,10 +181,13 @@ def test_browser_follows_links_by_text_number_and_url_and_goes_back(site):
         assert "350 visitors" in browser.visit("Open day")  # unique part of a link text
         assert browser.back().startswith(f"URL: {site.url('/news/index.html')}")
         assert "No link matches 'Nowhere'" in browser.visit("Nowhere")
+        assert "founded in 1987" in browser.visit(site.url("/about.html"))
+        assert "Ada Lovelace" in browser.visit("team.html")  # a relative URL from the link list
         assert "Cannot open http://example.com/" in browser.visit("http://example.com/")
         assert browser.visited == [
             site.url("/"), site.url("/about.html"), site.url("/team.html"),
             site.url("/news/index.html"), site.url("/news/2024.html"),
+            site.url("/about.html"), site.url("/team.html"),
         ]
 
 
@@ -201,3 +204,11 @@ def test_browser_rejects_bad_arguments():
         Browser("")
     with pytest.raises(ValueError, match="page_chars"):
         Browser("http://example.org/", page_chars=0)
+
+
+def test_visit_tool_accepts_a_link_number_given_as_an_integer(site):
+    import dspy
+
+    with Browser(site.url("/"), LOCAL) as browser:
+        browser.open_root()
+        assert "founded in 1987" in dspy.Tool(browser.visit)(link=2)  # small models often send numbers

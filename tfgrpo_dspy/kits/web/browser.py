@@ -74,7 +74,7 @@ class Browser:
         """Open the root page and return its view (or why it could not be opened)."""
         return self._open(self.root_url)
 
-    def visit(self, link: str) -> str:
+    def visit(self, link: str | int) -> str:
         """Open a page of this site by link number (e.g. "3"), link text or URL; shows text and links."""
         target = self._resolve_link(str(link))
         if target is None:
@@ -129,4 +129,6 @@ class Browser:
         by_text = [x for x in links if x.text.casefold() == wanted]
         if not by_text:
             by_text = [x for x in links if wanted and wanted in x.text.casefold()]
+        if not by_text:  # a relative URL such as "team.html", as written in the link list
+            by_text = [x for x in links if wanted and x.url.casefold().endswith("/" + wanted.lstrip("./"))]
         return by_text[0].url if by_text else None

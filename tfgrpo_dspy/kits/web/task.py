@@ -8,6 +8,7 @@ splits and serves both. Defaults follow the paper's web recipe: groups of 3,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import dspy
@@ -37,11 +38,13 @@ def load_evalset(data: TaskData) -> list[dspy.Example]:
 
 
 def make_judge_metric(judge_lm: dspy.LM | None) -> WebAnswerJudge:
+    """An LLM judge on ``judge_lm`` (None: the LM configured when the metric runs)."""
     return WebAnswerJudge(judge_lm)
 
 
-def make_overlap_metric(judge_lm: dspy.LM | None) -> object:
-    return overlap_metric  # no judge: the LM is not used
+def make_overlap_metric(judge_lm: dspy.LM | None) -> Callable[..., dspy.Prediction]:
+    """The token-F1 metric; ``judge_lm`` is not used."""
+    return overlap_metric
 
 
 WEBWALKERQA = Task(
