@@ -114,7 +114,7 @@ PRESETS: dict[str, Budget] = {
                     simba_bsize=2, simba_candidates=2, simba_steps=1, gepa_max_metric_calls=8, gepa_minibatch=2,
                     group_size=2, epochs=1),
     # About an hour for wordproblems on 2 cores with the embedded 1.5B model (see README.md for the estimate).
-    "embedded": Budget(train_n=6, val_n=4, test_n=12, max_bootstrapped_demos=2, max_labeled_demos=2,
+    "embedded": Budget(train_n=6, val_n=3, test_n=10, max_bootstrapped_demos=2, max_labeled_demos=2,
                        simba_bsize=3, simba_candidates=2, simba_steps=2, gepa_max_metric_calls=24,
                        gepa_minibatch=3, group_size=3, epochs=2, batch_size=3),
     # For a served model with real throughput: paper-like sizes.
