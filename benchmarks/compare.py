@@ -147,9 +147,11 @@ def gsm8k_split(path: str, budget: Budget, seed: int) -> Split:
     from tfgrpo_dspy.kits.math.data import load_gsm8k
 
     n = budget.train_n + budget.val_n + budget.test_n
-    rows = load_gsm8k(path, split="train", n=n, seed=seed)
-    if len(rows) < n:
-        raise ValueError(f"--gsm8k {path} has {len(rows)} problems; the preset needs {n}")
+    problems = load_gsm8k(path, split="train", n=n, seed=seed)
+    if len(problems) < n:
+        raise ValueError(f"--gsm8k {path} has {len(problems)} problems; the preset needs {n}")
+    # The math kit names the input "problem"; every method here runs the same question -> answer program.
+    rows = [dspy.Example(question=e.problem, answer=e.answer).with_inputs("question") for e in problems]
     train, val = rows[: budget.train_n], rows[budget.train_n : budget.train_n + budget.val_n]
     return Split("gsm8k", train, val, rows[budget.train_n + budget.val_n :], path)
 

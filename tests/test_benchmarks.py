@@ -79,6 +79,20 @@ def test_split_is_disjoint_and_sized(split):
     assert len(set(questions)) == len(questions)
 
 
+def test_gsm8k_split_reads_a_local_jsonl_into_the_shared_program_inputs(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps({"question": f"Q{i}: what is {i} + 1?", "answer": f"work\n#### {i + 1}"}) + "\n"
+                            for i in range(10)))
+    budget = compare.Budget(train_n=2, val_n=1, test_n=3, simba_bsize=2)
+    data = compare.gsm8k_split(str(path), budget, seed=1)
+    assert (len(data.train), len(data.val), len(data.test)) == (2, 1, 3)
+    example = data.test[0]
+    assert set(example.inputs().keys()) == {"question"}
+    assert example.answer == str(int(re.search(r"what is (\d+)", example.question).group(1)) + 1)
+    with pytest.raises(ValueError, match="needs 60"):
+        compare.gsm8k_split(str(path), compare.Budget(train_n=20, val_n=20, test_n=20), seed=1)
+
+
 def test_budget_rejects_bad_sizes():
     with pytest.raises(ValueError, match="train_n"):
         compare.Budget(train_n=0, val_n=1, test_n=1)
