@@ -136,6 +136,15 @@ def write_markdown(report: dict, path: Path) -> None:
         f"Median over {setup['rounds']} rounds; "
         "aggregate tokens/s = all completion tokens of the group / wall time of the group (prompt eval included).",
         "",
+    ]
+    busiest = max(setup["load_average_at_start"][0], setup["load_average_at_end"][0])
+    if busiest > setup["cpu_count"]:
+        lines += [
+            f"**Warning: load average {busiest} on {setup['cpu_count']} CPUs: other processes shared the CPUs, "
+            "so these figures measure contention more than the engine. Re-run on an idle machine.**",
+            "",
+        ]
+    lines += [
         "| model | serial tok/s | batched tok/s | batched / serial | load + first call (s) |",
         "|---|---|---|---|---|",
     ]
