@@ -532,6 +532,7 @@ class _Run:
                 record = record_type.from_dict(recorded)
                 if not failed(record):
                     results[key] = record
+                    self.spent = self.spent + record.usage  # paid for in an earlier session: counts toward budgets
                     continue
             todo.append(key)
         if len(todo) < len(keys):
