@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import shutil
 import sys
@@ -128,6 +129,14 @@ def test_parallel_calls_on_one_program_keep_separate_browsers(site):
     assert results["branch"].visited == [site.url("/b/"), site.url("/b/about.html"), site.url("/b/team.html")]
     assert "Grace Hopper" in results["branch"].trajectory["observation_1"]
     assert "Ada Lovelace" in results["main"].trajectory["observation_1"]
+
+
+def test_agent_copies_cleanly(site):
+    program = WebWalkerAgent(policy=LOCAL)
+    for duplicate in (copy.deepcopy(program), program.deepcopy()):
+        assert duplicate.agent.react is not program.agent.react
+        with dspy.context(lm=DummyLM(_script("About us", "our team", "Ada Lovelace"))):
+            assert duplicate(question="Who?", root_url=site.url("/")).answer == "Ada Lovelace"
 
 
 def test_agent_rejects_bad_arguments():

@@ -117,11 +117,19 @@ class SafeFetcher:
             raise ValueError(f"site_url must be an absolute http(s) URL, got {site_url!r}")
         self.site_host = site.host.lower()
         self._site_ports = {site.port or DEFAULT_PORTS[site.scheme], *DEFAULT_PORTS.values()}
-        # Redirects are followed by hand so that every hop is checked; the pool is per fetcher.
-        self._client = httpx.Client(follow_redirects=False, trust_env=False)
+        self._client: httpx.Client | None = None  # opened on the first fetch, so an idle fetcher copies cleanly
 
     def close(self) -> None:
-        self._client.close()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    @property
+    def client(self) -> httpx.Client:
+        if self._client is None:
+            # Redirects are followed by hand so that every hop is checked; no proxies from the environment.
+            self._client = httpx.Client(follow_redirects=False, trust_env=False)
+        return self._client
 
     def __enter__(self) -> SafeFetcher:
         return self
@@ -199,10 +207,10 @@ class SafeFetcher:
         current = url
         for _hop in range(self.policy.max_redirects + 1):
             parsed, address = self.check_url(current)
-            response_or_page = self._get_once(parsed, address, deadline)
-            if isinstance(response_or_page, FetchedPage):
-                return response_or_page
-            current = str(parsed.join(response_or_page))
+            outcome = self._get_once(parsed, address, deadline)
+            if isinstance(outcome, FetchedPage):
+                return outcome
+            current = str(parsed.join(outcome))  # a redirect: check and follow its Location
             logger.debug("redirect %s -> %s", parsed, current)
         raise FetchError(f"more than {self.policy.max_redirects} redirects starting at {url!r}")
 
@@ -217,10 +225,10 @@ class SafeFetcher:
         if remaining <= 0:
             raise FetchError(f"timed out after {self.policy.timeout_s:g}s fetching {url}")
         try:
-            request = self._client.build_request(
+            request = self.client.build_request(
                 "GET", pinned, headers=headers, timeout=remaining, extensions=extensions
             )
-            response = self._client.send(request, stream=True)
+            response = self.client.send(request, stream=True)
         except httpx.TimeoutException as err:
             raise FetchError(f"timed out after {self.policy.timeout_s:g}s fetching {url}") from err
         except httpx.HTTPError as err:
