@@ -114,9 +114,9 @@ PRESETS: dict[str, Budget] = {
                     simba_bsize=2, simba_candidates=2, simba_steps=1, gepa_max_metric_calls=8, gepa_minibatch=2,
                     group_size=2, epochs=1),
     # About an hour for wordproblems on 2 cores with the embedded 1.5B model (see README.md for the estimate).
-    "embedded": Budget(train_n=6, val_n=3, test_n=10, max_bootstrapped_demos=2, max_labeled_demos=2,
-                       simba_bsize=3, simba_candidates=2, simba_steps=2, gepa_max_metric_calls=24,
-                       gepa_minibatch=3, group_size=3, epochs=2, batch_size=3),
+    "embedded": Budget(train_n=6, val_n=3, test_n=8, max_bootstrapped_demos=2, max_labeled_demos=2,
+                       simba_bsize=3, simba_candidates=2, simba_steps=1, gepa_max_metric_calls=18,
+                       gepa_minibatch=3, group_size=3, epochs=1, batch_size=3),
     # For a served model with real throughput: paper-like sizes.
     "server": Budget(train_n=30, val_n=20, test_n=100, k=4, seeds=3, num_threads=16, max_bootstrapped_demos=4,
                      max_labeled_demos=4, simba_bsize=8, simba_candidates=4, simba_steps=4,
