@@ -1,7 +1,7 @@
 """Training-Free GRPO on the browsing agent with the real embedded model (slow: ``pytest -m e2e``).
 
 Tiny on purpose: 2 one-click questions about the local fixture site, groups of 2, 1 epoch,
-at most 2 agent steps, short pages.
+one agent step (a visit) then the answer, short pages: 8 policy calls, 4 judge calls, a few reflections.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_training_free_grpo_compiles_the_browsing_agent(site, lm, tmp_path):
     assert len(trainset) == 2
 
     policy = FetchPolicy(allowed_addresses={"127.0.0.1"}, timeout_s=10.0)
-    program = WebWalkerAgent(policy=policy, max_iters=2, page_chars=600, max_links=12)
+    program = WebWalkerAgent(policy=policy, max_iters=1, page_chars=400, max_links=8)
     optimizer = TrainingFreeGRPO(
         metric=WebAnswerJudge(lm), group_size=2, epochs=1, num_threads=2, progress=False, max_errors=4
     )
@@ -76,7 +76,7 @@ def test_training_free_grpo_compiles_the_browsing_agent(site, lm, tmp_path):
     assert (step.examples, step.rollouts) == (2, 4)
     assert step.rollout_errors + step.metric_errors < step.rollouts  # a small model may fumble some, not all
     assert 0.0 <= step.mean_reward <= 1.0
-    assert step.policy_usage.calls >= 4 * 2  # at least one agent step and one extraction per rollout
+    assert step.policy_usage.calls >= 4 * 2  # one agent step and one extraction per rollout
     # Every rollout browsed the live site with its own browser, starting at the root page.
     assert sum(1 for path, _host in site.requests if path == "/") >= 4
     library = compiled.experience_library
