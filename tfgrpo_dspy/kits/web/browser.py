@@ -123,8 +123,8 @@ class Browser:
             return links[index - 1].url if 1 <= index <= len(links) else None
         if "://" in link:
             return link
-        if link.startswith("/") and page is not None:
-            return urljoin(page.url, link)
+        if link.startswith("/"):
+            return urljoin(page.url if page else self.root_url, link)
         wanted = link.casefold()
         by_text = [x for x in links if x.text.casefold() == wanted]
         if not by_text:

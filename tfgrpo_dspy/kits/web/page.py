@@ -8,6 +8,7 @@ targets go to the link list instead, so long URLs do not eat the text budget).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urldefrag, urljoin, urlsplit
 
@@ -36,7 +37,7 @@ class Page:
     links: tuple[Link, ...]
     truncated: bool = False
 
-    def view(self, max_chars: int, max_links: int, is_allowed_link=None) -> str:
+    def view(self, max_chars: int, max_links: int, is_allowed_link: Callable[[str], bool] | None = None) -> str:
         """The text shown to the agent: header, body cut to ``max_chars``, numbered links.
 
         ``is_allowed_link(url) -> bool`` hides links the browser would refuse (other sites).
