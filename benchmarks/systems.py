@@ -269,7 +269,10 @@ def write_markdown(report: dict[str, Any], path: Path) -> Path:
         lines.append("Not measured here: run `python benchmarks/throughput.py` (writes results/throughput.json), "
                      "then rerun this script.")
     else:
-        lines += [f"From `{throughput['source']}` (benchmarks/throughput.py).", "",
+        setup = throughput.get("setup") or {}
+        lines += [f"From `{throughput['source']}` (benchmarks/throughput.py), measured at load average "
+                  f"{setup.get('load_average_at_start')} -> {setup.get('load_average_at_end')} on "
+                  f"{setup.get('cpu_count')} CPUs (a loaded machine lowers both columns).", "",
                   "| model | serial tok/s | batched tok/s | batched / serial |", "|---|---|---|---|"]
         for model in throughput["models"]:
             lines.append(f"| {model['model']} | {model['serial_tokens_per_second']} "
