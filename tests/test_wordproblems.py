@@ -15,7 +15,7 @@ from tfgrpo_dspy.kits.wordproblems.generator import (
     train_heldout_split,
 )
 from tfgrpo_dspy.kits.wordproblems.metric import numeric_match, parse_number
-from tfgrpo_dspy.kits.wordproblems.task import WORDPROBLEM_TASKS, make_program
+from tfgrpo_dspy.kits.wordproblems.task import DEMO_FAMILIES, WORDPROBLEM_TASKS, make_program
 from tfgrpo_dspy.tasks import TaskData
 
 
@@ -204,13 +204,16 @@ def test_metric_scores_and_explains():
 
 def test_task_loads_disjoint_splits_and_runs_the_program_with_a_scripted_lm():
     task = WORDPROBLEM_TASKS["wordproblems"]
-    train = task.load_trainset(TaskData(n=9, seed=0))
-    heldout = task.load_evalset(TaskData(n=9, seed=0))
+    train = task.load_trainset(TaskData(n=12, seed=0))
+    heldout = task.load_evalset(TaskData(n=12, seed=0))
     assert not {e.question for e in train} & {e.question for e in heldout}
     with pytest.raises(ValueError, match="source"):
         task.load_trainset(TaskData(source="some/hub-id", n=3))
-    assert len(task.load_trainset(TaskData())) == task.default_train_n
+    default_train = task.load_trainset(TaskData())
+    assert len(default_train) == task.default_train_n
     assert len(task.load_evalset(TaskData())) == task.default_eval_n
+    # The default trainset meets every family the held-out set draws from.
+    assert {e.family for e in default_train} == {e.family for e in heldout} == set(DEMO_FAMILIES)
 
     ex = heldout[0]
     lm = dspy.utils.DummyLM([{"reasoning": "work it out", "answer": f"It is {ex.answer}."}])

@@ -129,7 +129,7 @@ def _dozens(rng: random.Random) -> Problem:
     dozens, extra = rng.randint(3, 9), rng.randint(4, 11)
     sold = rng.randint(10, dozens * 12 + extra - 3)
     question = (
-        f"A bakery bakes {dozens} dozen {item} in the morning and {extra} more {item} in the "
+        f"A bakery bakes {dozens} dozen {item} in the morning and another {extra} {item} in the "
         f"afternoon. It sells {sold} {item}. How many {item} are left?"
     )
     return question, dozens * 12 + extra - sold
