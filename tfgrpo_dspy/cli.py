@@ -239,7 +239,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     heldout = task.load_evalset(TaskData(n=heldout_n, seed=args.seed))
     print(f"tfgrpo demo: {len(trainset)} training and {len(heldout)} held-out generated word problems, "
           f"LM {args.lm} (first use joins the model weights; the model then loads in a few seconds)")
-    lm = make_lm(args.lm)
+    lm = make_lm(args.lm, max_tokens=512)  # bounds a runaway generation; answers need ~200 tokens
     dspy.configure(lm=lm)
     metric = task.make_metric(None)
     program = task.make_program()
