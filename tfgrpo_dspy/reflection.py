@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
@@ -18,7 +18,7 @@ from tfgrpo_dspy.library import EditOp, ExperienceLibrary
 from tfgrpo_dspy.parallel import call_with_timeout
 from tfgrpo_dspy.rollouts import GroupOutcome, Rollout
 from tfgrpo_dspy.signatures import ExtractLessons, SummarizeRollout, UpdateLibrary
-from tfgrpo_dspy.usage import Usage, usage_of
+from tfgrpo_dspy.usage import Usage, UsageRecord, usage_of
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ EMPTY_LIBRARY = "(the library is empty)"
 
 
 @dataclass(frozen=True)
-class RolloutSummary:
+class RolloutSummary(UsageRecord):
     example_index: int
     sample_index: int
     summary: str = ""
@@ -36,16 +36,9 @@ class RolloutSummary:
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "usage": self.usage.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RolloutSummary:
-        return cls(**{**data, "usage": Usage.from_dict(data.get("usage"))})
-
 
 @dataclass(frozen=True)
-class Proposal:
+class Proposal(UsageRecord):
     """The edits proposed from one informative group."""
 
     example_index: int
@@ -53,28 +46,14 @@ class Proposal:
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "usage": self.usage.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Proposal:
-        return cls(**{**data, "usage": Usage.from_dict(data.get("usage"))})
-
 
 @dataclass(frozen=True)
-class UpdateDecision:
+class UpdateDecision(UsageRecord):
     """The final edits of one step, as decided by the update call."""
 
     ops: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "usage": self.usage.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> UpdateDecision:
-        return cls(**{**data, "usage": Usage.from_dict(data.get("usage"))})
 
 
 # -- prompt material ----------------------------------------------------------------------------

@@ -17,13 +17,13 @@ import statistics
 import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import dspy
 
 from tfgrpo_dspy.parallel import call_with_timeout
-from tfgrpo_dspy.usage import Usage, usage_of
+from tfgrpo_dspy.usage import Usage, UsageRecord, usage_of
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ MAX_FIELD_CHARS = 4000  # per value in a stored trace; keeps logs and reflection
 
 
 @dataclass(frozen=True)
-class Rollout:
+class Rollout(UsageRecord):
     """One sampled run of the program on one example, with its reward."""
 
     example_index: int
@@ -56,14 +56,6 @@ class Rollout:
             return None
         return str(self.outputs[answer_field])
 
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["usage"] = self.usage.to_dict()
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Rollout:
-        return cls(**{**data, "usage": Usage.from_dict(data.get("usage"))})
 
 
 @dataclass(frozen=True)

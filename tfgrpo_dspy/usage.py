@@ -58,6 +58,19 @@ class Usage:
         return result
 
 
+class UsageRecord:
+    """JSON round trip for the frozen dataclass records (rollouts, summaries, ...) that carry a `Usage`."""
+
+    usage: Usage
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "usage": self.usage.to_dict()}  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        return cls(**{**data, "usage": Usage.from_dict(data.get("usage"))})
+
+
 def usage_from_history(entries: Iterable[dict[str, Any]]) -> Usage:
     """Sum DSPy LM history entries. A cached answer comes back with no usage: it is a cache hit."""
     total = Usage()
