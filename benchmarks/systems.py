@@ -95,7 +95,8 @@ class FixedLatencyEngine:
                     "where_it_went_wrong": "nothing"}
         if kind == "extract":
             topic = inputs.get("task_inputs", "")[:60]
-            return {"proposals": [{"op": "add", "text": f"Check each quantity in: {topic}", "reason": "winners did"}]}
+            return {"difference": "the winners checked each quantity",
+                    "proposals": [{"op": "add", "text": f"Check each quantity in: {topic}", "reason": "winners did"}]}
         if kind == "update":
             adds = re.findall(r"- add: (.*?)(?: \(reason: .*\))?$", inputs.get("proposals", ""), re.MULTILINE)
             return {"operations": [{"op": "add", "text": text, "reason": "proposal"} for text in adds]

@@ -94,8 +94,9 @@ def default_reflection(call: Call) -> dict[str, Any] | None:
                 "where_it_went_wrong": "nothing"}
     if call.kind == "extract":
         topic = call.inputs.get("task_inputs", "")[:40]
-        return {"proposals": [{"op": "add", "text": f"When a question looks like {len(topic)} chars, check units.",
-                               "reason": "winners checked units"}]}
+        lesson = f"When a question looks like {len(topic)} chars, check units."
+        return {"difference": "the winners checked units",
+                "proposals": [{"op": "add", "text": lesson, "reason": "winners checked units"}]}
     if call.kind == "update":
         ops = []
         for line in call.inputs.get("proposals", "").splitlines():

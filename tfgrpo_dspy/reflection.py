@@ -120,6 +120,21 @@ def format_reference(example: dspy.Example, use_ground_truth: bool) -> str:
     return "\n".join(f"{key}: {_as_text(value)}" for key, value in labels.items()) or "not given"
 
 
+def _as_proposal(op: EditOp, library: ExperienceLibrary) -> EditOp | None:
+    """A proposal is a suggestion for the update step: keep its intent, drop what cannot mean anything.
+
+    Small models often write "modify" for a new lesson; a modify naming no existing lesson is an add.
+    A delete of nothing, a keep, or an edit without text is no proposal at all.
+    """
+    if op.op == "modify" and op.id not in library:
+        return EditOp(op="add", text=op.text, reason=op.reason) if op.text else None
+    if op.op == "delete":
+        return op if op.id in library else None
+    if op.op == "keep" or not (op.text or "").strip():
+        return None
+    return op
+
+
 def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
@@ -210,8 +225,9 @@ class Reflector:
         )
         if prediction is None:
             return Proposal(group.example_index, error=error, usage=usage)
-        ops = [EditOp.coerce(op) for op in (prediction.proposals or [])][:max_proposals]
-        return Proposal(group.example_index, ops=[op.model_dump(exclude_none=True) for op in ops], usage=usage)
+        ops = [_as_proposal(EditOp.coerce(op), library) for op in (prediction.proposals or [])]
+        kept = [op for op in ops if op is not None][:max_proposals]
+        return Proposal(group.example_index, ops=[op.model_dump(exclude_none=True) for op in kept], usage=usage)
 
     def decide(self, proposals: list[Proposal], library: ExperienceLibrary) -> UpdateDecision:
         prediction, error, usage = self._run(

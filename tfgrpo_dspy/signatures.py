@@ -48,8 +48,10 @@ class ExtractLessons(dspy.Signature):
       avoid, a tool to use a certain way.
     - It respects the word limit. Prefer sharpening (modify) an existing lesson that covers the same
       situation over adding a near-duplicate; propose deleting a lesson the attempts show to be
-      misleading. If the library already covers what the attempts show, propose nothing.
-    Use op "add" (text), "modify" (id, text) or "delete" (id), each with a short reason."""
+      misleading.
+    The attempts earned different rewards, so there is always something to learn: first say what the
+    worse attempts did differently from the better ones, then propose at least one edit. Use op "add"
+    (text), "modify" (id of an existing lesson, text) or "delete" (id), each with a short reason."""
 
     task_inputs: str = dspy.InputField(desc="the input all attempts received")
     reference: str = dspy.InputField(desc="the correct answer if known, else a note that it is unknown")
@@ -59,7 +61,11 @@ class ExtractLessons(dspy.Signature):
     experience_library: str = dspy.InputField(desc="the current lessons, as '[E<id>] text' lines")
     max_proposals: int = dspy.InputField(desc="the most edits you may propose")
     max_words: int = dspy.InputField(desc="the most words one lesson may have")
-    proposals: list[EditOp] = dspy.OutputField(desc="at most max_proposals edits; [] if nothing new was learned")
+    difference: str = dspy.OutputField(desc="what the worse attempts did differently from the better ones")
+    proposals: list[EditOp] = dspy.OutputField(
+        desc="1 to max_proposals edits; each text is one sentence starting with 'When' that names a situation "
+        "and says what to do in it"
+    )
 
 
 class UpdateLibrary(dspy.Signature):
