@@ -37,6 +37,8 @@ def classify(system: str) -> str:
         return "extract"
     if "[[ ## operations ## ]]" in system:
         return "update"
+    if "[[ ## short_lesson ## ]]" in system:
+        return "shorten"
     if "[[ ## next_tool_name ## ]]" in system:
         return "react"
     if "[[ ## trajectory ## ]]" in system:
@@ -97,6 +99,8 @@ def default_reflection(call: Call) -> dict[str, Any] | None:
         lesson = f"When a question looks like {len(topic)} chars, check units."
         return {"difference": "the winners checked units",
                 "proposals": [{"op": "add", "text": lesson, "reason": "winners checked units"}]}
+    if call.kind == "shorten":
+        return {"short_lesson": " ".join(call.inputs["lesson"].split()[: int(call.inputs["max_words"].split()[0])])}
     if call.kind == "update":
         ops = []
         for line in call.inputs.get("proposals", "").splitlines():

@@ -10,3 +10,18 @@ def test_proposals_keep_intent_and_drop_what_cannot_mean_anything():
     assert _as_proposal(EditOp(op="delete", id=1), library).id == 1
     assert _as_proposal(EditOp(op="keep"), library) is None
     assert _as_proposal(EditOp(op="add", text="  "), library) is None
+
+
+def test_over_long_proposals_are_shortened_by_one_call():
+    from scripted import default_reflection, scripted_lm
+
+    from tfgrpo_dspy.reflection import Reflector
+
+    lm = scripted_lm(default_reflection)
+    reflector = Reflector(lm)
+    long_text = "When " + " ".join(["words"] * 40) + ", stop."
+    fitted, usage = reflector._fit_word_limit(
+        [EditOp(op="add", text=long_text), EditOp(op="add", text="When a, do b.")], max_words=10
+    )
+    assert [len(op.text.split()) for op in fitted] == [10, 4]
+    assert usage.calls == 1 and lm._engine_spec.kinds() == ["shorten"]

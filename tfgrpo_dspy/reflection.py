@@ -14,10 +14,10 @@ from typing import Any
 
 import dspy
 
-from tfgrpo_dspy.library import EditOp, ExperienceLibrary
+from tfgrpo_dspy.library import EditOp, ExperienceLibrary, normalize_text, word_count
 from tfgrpo_dspy.parallel import call_with_timeout
 from tfgrpo_dspy.rollouts import GroupOutcome, Rollout
-from tfgrpo_dspy.signatures import ExtractLessons, SummarizeRollout, UpdateLibrary
+from tfgrpo_dspy.signatures import ExtractLessons, ShortenLesson, SummarizeRollout, UpdateLibrary
 from tfgrpo_dspy.usage import Usage, UsageRecord, usage_of
 
 logger = logging.getLogger(__name__)
@@ -227,7 +227,23 @@ class Reflector:
             return Proposal(group.example_index, error=error, usage=usage)
         ops = [_as_proposal(EditOp.coerce(op), library) for op in (prediction.proposals or [])]
         kept = [op for op in ops if op is not None][:max_proposals]
+        if library.max_words is not None:
+            kept, shorten_usage = self._fit_word_limit(kept, library.max_words)
+            usage = usage + shorten_usage
         return Proposal(group.example_index, ops=[op.model_dump(exclude_none=True) for op in kept], usage=usage)
+
+    def _fit_word_limit(self, ops: list[EditOp], max_words: int) -> tuple[list[EditOp], Usage]:
+        """Ask once to shorten each over-long lesson; one still too long is left for the library to refuse."""
+        usage = Usage()
+        fitted = []
+        for op in ops:
+            if op.text and word_count(normalize_text(op.text)) > max_words:
+                prediction, _, spent = self._run(ShortenLesson, lesson=op.text, max_words=max_words)
+                usage = usage + spent
+                if prediction is not None and str(prediction.short_lesson).strip():
+                    op = op.model_copy(update={"text": str(prediction.short_lesson)})
+            fitted.append(op)
+        return fitted, usage
 
     def decide(self, proposals: list[Proposal], library: ExperienceLibrary) -> UpdateDecision:
         prediction, error, usage = self._run(

@@ -89,3 +89,13 @@ class UpdateLibrary(dspy.Signature):
     max_experiences: int = dspy.InputField(desc="the most lessons the library may hold")
     max_words: int = dspy.InputField(desc="the most words one lesson may have")
     operations: list[EditOp] = dspy.OutputField(desc="the final edits: add / modify / merge / delete, or one keep")
+
+
+class ShortenLesson(dspy.Signature):
+    """Rewrite a lesson for an AI program's experience library so it fits the word limit. Keep its
+    condition and its advice, drop examples, numbers and names of any particular input, and keep the
+    form "When <situation>, <what to do>." as one sentence."""
+
+    lesson: str = dspy.InputField(desc="the lesson that is too long")
+    max_words: int = dspy.InputField(desc="the most words the rewritten lesson may have")
+    short_lesson: str = dspy.OutputField(desc="the same lesson in at most max_words words")
