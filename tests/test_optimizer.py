@@ -304,3 +304,12 @@ def test_log_dir_files_are_readable_json(lm, tmp_path):
     assert len(list((step_dir / "summaries").glob("*.json"))) == 12
     assert len(list((step_dir / "proposals").glob("*.json"))) == 3
     assert "audit" in json.loads((step_dir / "step.json").read_text())
+
+
+def test_without_summaries_extraction_reads_the_trajectories(lm):
+    compiled = optimizer(epochs=1, summarize=False).compile(dspy.Predict("question -> answer"), trainset=trainset())
+    kinds = lm._engine_spec.kinds()
+    assert "summary" not in kinds and kinds.count("extract") == 3
+    extract = next(c for c in lm._engine_spec.calls if c.kind == "extract")
+    assert "## Step 1: self" in extract.inputs["attempts"] and "output answer:" in extract.inputs["attempts"]
+    assert len(compiled.experience_library) >= 1

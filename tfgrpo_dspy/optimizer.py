@@ -162,6 +162,9 @@ class TrainingFreeGRPO(Teleprompter):
             majority ``answer_field`` (self-consistency); the reflection never sees labels.
         answer_field: the output field voted on when ``ground_truth=False``.
         informative_only: only groups with mixed rewards (std > 0) reach extraction.
+        summarize: summarize every rollout of an informative group before extraction (the paper's
+            recipe). False shows the extraction each attempt's trajectory instead: one reflection
+            call per group instead of G+1, useful with small reflection models that only echo.
         predictors: names of the predictors that carry the library; None = all of them.
         failure_score: the reward of a rollout that crashed or whose metric failed.
         seed_rollouts: send each rollout a sampling seed derived from its id, so it can be
@@ -197,6 +200,7 @@ class TrainingFreeGRPO(Teleprompter):
         ground_truth: bool = True,
         answer_field: str = "answer",
         informative_only: bool = True,
+        summarize: bool = True,
         predictors: Sequence[str] | None = None,
         failure_score: float = 0.0,
         seed_rollouts: bool = False,
@@ -258,6 +262,7 @@ class TrainingFreeGRPO(Teleprompter):
         self.ground_truth = ground_truth
         self.answer_field = answer_field
         self.informative_only = informative_only
+        self.summarize = bool(summarize)
         self.predictors = list(predictors) if predictors is not None else None
         self.failure_score = float(failure_score)
         self.seed_rollouts = bool(seed_rollouts)
@@ -303,7 +308,7 @@ class TrainingFreeGRPO(Teleprompter):
             steps=steps,
             rollouts=rollouts,
             policy_calls_min=rollouts * len(select_predictors(student, self.predictors)),
-            max_summary_calls=rollouts,
+            max_summary_calls=rollouts if self.summarize else 0,
             max_extraction_calls=self.epochs * n,
             update_calls=steps,
         )
@@ -404,7 +409,7 @@ class _Run:
         candidate = with_experiences(self.program, self.library, self.opt.predictors)
         groups = self._sample_groups(step, candidate, indices)
         informative = [g for g in groups if g.informative or not self.opt.informative_only]
-        summaries = self._summarize(step, informative)
+        summaries = self._summarize(step, informative) if self.opt.summarize else {}
         proposals = self._extract(step, informative, summaries)
         decision = self._decide(step, proposals)
         report = self.library.apply(decision.ops, step=step) if decision.ops else None
@@ -609,7 +614,7 @@ class _Run:
                 "temperature": opt.temperature, "max_experiences": opt.max_experiences,
                 "max_words": opt.max_words, "max_proposals": opt.max_proposals, "seed": opt.seed,
                 "ground_truth": opt.ground_truth, "answer_field": opt.answer_field,
-                "informative_only": opt.informative_only, "predictors": opt.predictors,
+                "informative_only": opt.informative_only, "summarize": opt.summarize, "predictors": opt.predictors,
                 "failure_score": opt.failure_score, "seed_rollouts": opt.seed_rollouts,
             },
         }

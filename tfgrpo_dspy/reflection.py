@@ -91,8 +91,8 @@ def format_attempts(group: GroupOutcome, summaries: dict[int, RolloutSummary]) -
     for rollout, advantage in zip(group.rollouts, group.advantages, strict=True):
         summary = summaries.get(rollout.sample_index)
         head = f"### Attempt {rollout.sample_index + 1}: reward {rollout.score:.2f}, advantage {advantage:+.2f}"
-        if summary is None or summary.error:
-            body = f"(no summary available) final outputs: {_as_text(rollout.outputs)}"
+        if summary is None or summary.error:  # summaries off, or this one failed: show what it did
+            body = format_trajectory(rollout)
         else:
             body = (f"{summary.summary}\nlessons applied: {', '.join(summary.experiences_used) or 'none'}\n"
                     f"where it went wrong: {summary.where_it_went_wrong}")
