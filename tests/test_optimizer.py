@@ -313,3 +313,14 @@ def test_without_summaries_extraction_reads_the_trajectories(lm):
     extract = next(c for c in lm._engine_spec.calls if c.kind == "extract")
     assert "## Step 1: self" in extract.inputs["attempts"] and "output answer:" in extract.inputs["attempts"]
     assert len(compiled.experience_library) >= 1
+
+
+def test_valset_is_scored_without_and_with_the_library(lm, tmp_path):
+    compiled = optimizer(epochs=1, log_dir=tmp_path).compile(
+        dspy.Predict("question -> answer"), trainset=trainset(), valset=trainset(2)
+    )
+    scores = compiled.tfgrpo_result.valset_scores
+    assert set(scores) == {"without_library", "with_library"}
+    assert all(0.0 <= v <= 100.0 for v in scores.values())
+    assert json.loads((tmp_path / "valset.json").read_text()) == scores
+    assert compiled.tfgrpo_result.to_dict()["valset_scores"] == scores
