@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import dspy
@@ -12,7 +13,7 @@ from scripted import Call, scripted_lm
 
 from tfgrpo_dspy.evaluation import evaluate_at_k
 from tfgrpo_dspy.kits.math import MATH_TASKS, MathAnswerMetric, PythonSandbox, make_cot_solver, make_math_agent
-from tfgrpo_dspy.kits.math.data import DAPO_PREFIX, DAPO_SUFFIX
+from tfgrpo_dspy.kits.math.data import DAPO_PREFIX, DAPO_SUFFIX, load_dapo_math
 from tfgrpo_dspy.tasks import TaskData
 
 
@@ -85,3 +86,32 @@ def test_dapo_task_train_and_heldout_sets_are_disjoint(tmp_path: Path) -> None:
     heldout = dapo.load_evalset(TaskData(source=str(tmp_path)))
     assert len(train) == 100 and len(heldout) == 30
     assert not {e.problem for e in train} & {e.problem for e in heldout}
+
+
+def test_dapo_task_defaults_to_the_papers_seed_42(tmp_path: Path) -> None:
+    schema = pa.schema([
+        ("prompt", pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))),
+        ("reward_model", pa.struct([("ground_truth", pa.string()), ("style", pa.string())])),
+    ])
+    rows = [{"prompt": [{"content": f"{DAPO_PREFIX}Problem {i}{DAPO_SUFFIX}", "role": "user"}],
+             "reward_model": {"ground_truth": str(i), "style": "rule"}} for i in range(30)]
+    path = tmp_path / "dapo.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    dapo = MATH_TASKS["dapo-math"]
+    default = [e.problem for e in dapo.load_trainset(TaskData(source=str(path), n=10))]
+    assert default == [e.problem for e in load_dapo_math(str(path), n=10, seed=42)]
+    assert default != [e.problem for e in dapo.load_trainset(TaskData(source=str(path), n=10, seed=0))]
+
+
+def test_gsm8k_task_on_one_file_trains_and_evaluates_on_disjoint_rows(tmp_path: Path, caplog) -> None:
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps({"question": f"Q{i}?", "answer": f"work\n#### {i}"}) + "\n" for i in range(130)))
+    gsm8k = MATH_TASKS["gsm8k"]
+    for seed in (None, 7):
+        train = gsm8k.load_trainset(TaskData(source=str(path), n=20, seed=seed))
+        evalset = gsm8k.load_evalset(TaskData(source=str(path), seed=seed))
+        assert len(train) == 20 and len(evalset) == 30  # rows after the first 100 of the shuffled order
+        assert not {e.problem for e in train} & {e.problem for e in evalset}
+    assert not caplog.records
+    gsm8k.load_trainset(TaskData(source=str(path), n=120))
+    assert "overlaps the evaluation set" in caplog.text

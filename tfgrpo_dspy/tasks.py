@@ -19,7 +19,11 @@ class TaskData:
 
     source: str | None = None  # a hub id or a local file/folder; None = the task's default
     n: int | None = None  # None = all
-    seed: int = 0
+    seed: int | None = None  # None = the task's default (the paper's seed where it names one)
+
+    def seed_or(self, default: int) -> int:
+        """The seed to sample with: the user's, else ``default``."""
+        return default if self.seed is None else self.seed
 
 
 @dataclass(frozen=True)
@@ -31,12 +35,14 @@ class Task:
         description: One line for ``tfgrpo --help``.
         load_trainset: ``(TaskData) -> list[dspy.Example]`` with inputs set.
         load_evalset: ``(TaskData) -> list[dspy.Example]`` with inputs set.
-        make_program: ``() -> dspy.Module``, a fresh, unoptimized program.
+        make_program: ``(**program_options) -> dspy.Module``, a fresh, unoptimized program.
         make_metric: ``(judge_lm: dspy.LM | None) -> metric``; most tasks ignore the LM.
         answer_field: the prediction field holding the final answer (majority-vote reward).
         train_defaults: keyword defaults for `TrainingFreeGRPO` (group_size, epochs, temperature, ...).
         eval_defaults: ``{"k": ..., "temperature": ...}`` for ``tfgrpo eval``.
         default_train_n / default_eval_n: example counts when the user gives none.
+        program_options: keyword options ``make_program`` accepts from the command line
+            (``max_iters`` for agents, ``allowed_addresses`` for browsing agents).
     """
 
     name: str
@@ -50,3 +56,4 @@ class Task:
     eval_defaults: dict[str, Any] = field(default_factory=dict)
     default_train_n: int | None = None
     default_eval_n: int | None = None
+    program_options: frozenset[str] = frozenset()

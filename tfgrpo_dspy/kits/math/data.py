@@ -118,21 +118,25 @@ def load_aime25(source: str = AIME25_HUB_ID) -> list[dspy.Example]:
 
 
 def load_gsm8k(
-    source: str = GSM8K_HUB_ID, *, split: str = "test", n: int | None = None, seed: int = 0
+    source: str = GSM8K_HUB_ID, *, split: str = "test", n: int | None = None, seed: int = 0, skip: int = 0
 ) -> list[dspy.Example]:
     """GSM8K (config ``main``): the answer is the number after ``####``, commas removed.
 
-    ``n`` takes a seeded random sample (all rows, in order, when None). Metadata: ``index``.
+    With ``n`` or ``skip``, rows ``[skip, skip + n)`` of the order shuffled with ``seed`` (so two
+    calls with the same seed and non-overlapping ranges never share a problem); with neither, all
+    rows in file order. Metadata: ``index`` (the row's position in the split).
     """
     _check_count("n", n)
+    _check_count("skip", skip)
     rows = load_rows(source, split=split, config="main")
     _require_columns(rows, ("question", "answer"), source)
     examples = [
         _example(row["question"].strip(), gsm8k_final_answer(row["answer"]), {"index": index})
         for index, row in enumerate(rows)
     ]
-    if n is not None and n < len(examples):
-        examples = random.Random(seed).sample(examples, n)
+    if n is not None or skip:
+        random.Random(seed).shuffle(examples)
+        examples = examples[skip : None if n is None else skip + n]
     return examples
 
 

@@ -33,7 +33,7 @@ def load_split(split: Split, default_n: int, data: TaskData) -> list[dspy.Exampl
     """Generated problems of one split; ``data.n`` (default ``default_n``) and ``data.seed`` apply."""
     if data.source is not None:
         raise ValueError(f"wordproblems generates its problems; source must be None, got {data.source!r}")
-    return generate_problems(default_n if data.n is None else data.n, data.seed, DEMO_FAMILIES, split=split)
+    return generate_problems(default_n if data.n is None else data.n, data.seed_or(0), DEMO_FAMILIES, split=split)
 
 
 WORDPROBLEMS = Task(
