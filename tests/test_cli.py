@@ -79,3 +79,25 @@ def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path, capsys):
     assert "no experience library" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         run("train", "--task", "no-such-task", "--out", str(tmp_path))
+
+
+def test_program_options_reach_the_task_program_or_are_refused(monkeypatch, tmp_path, capsys):
+    from tfgrpo_dspy.kits.web.agent import WebWalkerAgent
+
+    args = cli.build_parser().parse_args(["eval", "--task", "webwalkerqa", "--max-iters", "2",
+                                          "--allow-address", "127.0.0.1", "--allow-address", "::1"])
+    agent = cli._make_program(cli.TASKS["webwalkerqa"], args)
+    assert isinstance(agent, WebWalkerAgent) and agent.agent.max_iters == 2
+    assert agent.policy.allowed_addresses == {"127.0.0.1", "::1"}
+    default_args = cli.build_parser().parse_args(["eval", "--task", "webwalkerqa"])
+    default = cli._make_program(cli.TASKS["webwalkerqa"], default_args)
+    assert default.policy.allowed_addresses == frozenset()  # private addresses stay closed unless asked
+    math_args = cli.build_parser().parse_args(["eval", "--task", "gsm8k", "--max-iters", "3"])
+    assert cli._make_program(cli.TASKS["gsm8k"], math_args).max_iters == 3
+
+    assert run("eval", "--task", "wordproblems", "--max-iters", "2") == 2
+    assert "--max-iters does not apply to task 'wordproblems'" in capsys.readouterr().err
+    assert run("eval", "--task", "gsm8k", "--allow-address", "127.0.0.1") == 2
+    assert "--allow-address does not apply to task 'gsm8k'" in capsys.readouterr().err
+    assert run("eval", "--task", "webwalkerqa", "--allow-address", "localhost") == 2
+    assert "not an IP address" in capsys.readouterr().err

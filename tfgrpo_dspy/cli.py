@@ -34,13 +34,22 @@ def _add_lm_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", help="API key for --lm (default: the provider's environment variable)")
     parser.add_argument("--reflection-lm", help="LM for the reflection steps and judges (default: --lm)")
     parser.add_argument("--reflection-api-base", help="URL of an OpenAI-compatible server for --reflection-lm")
+    parser.add_argument("--max-tokens", type=int, help="cap on tokens per LM completion (default: the LM's)")
 
 
 def _add_data_args(parser: argparse.ArgumentParser, split: str) -> None:
     parser.add_argument("--task", required=True, choices=sorted(TASKS), help="the task to run")
     parser.add_argument("--source", help=f"hub id or local file/folder for the {split} data (default: the task's)")
     parser.add_argument("--n", type=int, help=f"number of {split} examples (default: the task's)")
-    parser.add_argument("--seed", type=int, default=0, help="data sampling and run seed")
+    parser.add_argument("--seed", type=int, help="data sampling and run seed (default: the task's data seed, "
+                        "42 for dapo-math as in the paper, 0 otherwise; run seed 0)")
+
+
+def _add_program_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-iters", type=int, help="agent steps per question (agent tasks; default: the task's)")
+    parser.add_argument("--allow-address", action="append", metavar="IP", dest="allow_addresses",
+                        help="let the browsing agent reach this non-public IP, e.g. 127.0.0.1 for a local "
+                        "mirror of a site (repeatable; browsing tasks only)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="learn an experience library for a task")
     _add_data_args(train, "training")
+    _add_program_args(train)
     _add_lm_args(train)
     train.add_argument("--out", required=True, help="output folder: library.json, program.json, stats.json, log/")
     train.add_argument("--group-size", type=int)
@@ -70,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = sub.add_parser("eval", help="Mean@k and Pass@k with and without a library")
     _add_data_args(evaluate, "evaluation")
+    _add_program_args(evaluate)
     _add_lm_args(evaluate)
     evaluate.add_argument("--library", help="an experience library JSON to evaluate against no library")
     evaluate.add_argument("--k", type=int, help="samples per example (default: the task's)")
@@ -98,12 +109,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 # -- helpers -----------------------------------------------------------------------------------
 def _lms(args: argparse.Namespace) -> tuple[dspy.LM, dspy.LM]:
-    policy = make_lm(args.lm, api_base=args.api_base, api_key=args.api_key)
+    limits = {"max_tokens": args.max_tokens} if args.max_tokens else {}
+    policy = make_lm(args.lm, api_base=args.api_base, api_key=args.api_key, **limits)
     if getattr(args, "reflection_lm", None):
-        reflection = make_lm(args.reflection_lm, api_base=args.reflection_api_base)
+        reflection = make_lm(args.reflection_lm, api_base=args.reflection_api_base, **limits)
     else:
         reflection = policy
     return policy, reflection
+
+
+def _make_program(task: Task, args: argparse.Namespace) -> dspy.Module:
+    """The task's program with the command line's program options; an option the task lacks is an error."""
+    options = {"max_iters": args.max_iters, "allowed_addresses": args.allow_addresses}
+    options = {name: value for name, value in options.items() if value is not None}
+    unsupported = sorted(set(options) - task.program_options)
+    if unsupported:
+        flags = ", ".join({"max_iters": "--max-iters", "allowed_addresses": "--allow-address"}[n] for n in unsupported)
+        raise ValueError(f"{flags} does not apply to task {task.name!r}")
+    return task.make_program(**options)
 
 
 def _format_usage(result: TrainingFreeGRPOResult) -> str:
@@ -150,17 +173,17 @@ def _train_settings(task: Task, args: argparse.Namespace) -> dict[str, Any]:
 # -- commands ----------------------------------------------------------------------------------
 def cmd_train(args: argparse.Namespace) -> int:
     task = TASKS[args.task]
+    program = _make_program(task, args)  # before loading data: a bad option fails fast
     trainset = task.load_trainset(TaskData(source=args.source, n=args.n or task.default_train_n, seed=args.seed))
-    program = task.make_program()
     out = Path(args.out)
     settings = _train_settings(task, args)
     if args.estimate:
-        optimizer = TrainingFreeGRPO(metric=task.make_metric(None), seed=args.seed, **settings)
+        optimizer = TrainingFreeGRPO(metric=task.make_metric(None), seed=args.seed or 0, **settings)
         print(f"{task.name}: {len(trainset)} training examples; {optimizer.estimate(program, trainset)}")
         return 0
     policy, reflection = _lms(args)
     dspy.configure(lm=policy)
-    optimizer = TrainingFreeGRPO(metric=task.make_metric(reflection), reflection_lm=reflection, seed=args.seed,
+    optimizer = TrainingFreeGRPO(metric=task.make_metric(reflection), reflection_lm=reflection, seed=args.seed or 0,
                                  log_dir=str(out / "log"), seed_rollouts=args.lm.startswith("local"), **settings)
     print(f"{task.name}: {len(trainset)} training examples; {optimizer.estimate(program, trainset)}")
     compiled = optimizer.compile(program, trainset=trainset)
@@ -184,13 +207,13 @@ def _eval_line(name: str, report: EvalReport) -> str:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     task = TASKS[args.task]
+    program = _make_program(task, args)  # before loading data: a bad option fails fast
     examples = task.load_evalset(TaskData(source=args.source, n=args.n or task.default_eval_n, seed=args.seed))
     k = args.k or task.eval_defaults.get("k", 1)
     temperature = args.temperature if args.temperature is not None else task.eval_defaults.get("temperature", 0.0)
     policy, reflection = _lms(args)
     dspy.configure(lm=policy)
     metric = task.make_metric(reflection)
-    program = task.make_program()
     reports = {"no library": evaluate_at_k(program, examples, metric, k=k, temperature=temperature,
                                            num_threads=args.num_threads, lm=policy,
                                            answer_field=task.answer_field)}

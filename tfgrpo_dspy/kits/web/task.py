@@ -8,13 +8,14 @@ splits and serves both. Defaults follow the paper's web recipe: groups of 3,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import dspy
 
 from tfgrpo_dspy.kits.web.agent import WebWalkerAgent
 from tfgrpo_dspy.kits.web.data import load_webwalkerqa_subset
+from tfgrpo_dspy.kits.web.fetch import FetchPolicy
 from tfgrpo_dspy.kits.web.judge import WebAnswerJudge, overlap_metric
 from tfgrpo_dspy.tasks import Task, TaskData
 
@@ -29,12 +30,17 @@ def _split_for(data: TaskData, split: str) -> str:
 
 def load_trainset(data: TaskData) -> list[dspy.Example]:
     """Stratified (4:7:6) training questions from the silver split."""
-    return load_webwalkerqa_subset(data.n, data.seed, data.source, _split_for(data, "silver"))
+    return load_webwalkerqa_subset(data.n, data.seed_or(0), data.source, _split_for(data, "silver"))
 
 
 def load_evalset(data: TaskData) -> list[dspy.Example]:
     """Stratified (4:7:6) evaluation questions from the main split."""
-    return load_webwalkerqa_subset(data.n, data.seed, data.source, _split_for(data, "main"))
+    return load_webwalkerqa_subset(data.n, data.seed_or(0), data.source, _split_for(data, "main"))
+
+
+def make_web_agent(*, max_iters: int = 8, allowed_addresses: Collection[str] = ()) -> WebWalkerAgent:
+    """The browsing agent; ``allowed_addresses`` opens non-public IPs (a local mirror at 127.0.0.1)."""
+    return WebWalkerAgent(policy=FetchPolicy(allowed_addresses=frozenset(allowed_addresses)), max_iters=max_iters)
 
 
 def make_judge_metric(judge_lm: dspy.LM | None) -> WebAnswerJudge:
@@ -52,7 +58,8 @@ WEBWALKERQA = Task(
     description="WebWalkerQA: answer by browsing a website from its root URL; LLM-judge reward",
     load_trainset=load_trainset,
     load_evalset=load_evalset,
-    make_program=WebWalkerAgent,
+    make_program=make_web_agent,
+    program_options=frozenset({"max_iters", "allowed_addresses"}),
     make_metric=make_judge_metric,
     answer_field="answer",
     train_defaults=dict(TRAIN_DEFAULTS),
@@ -66,7 +73,8 @@ WEBWALKERQA_F1 = Task(
     description="WebWalkerQA with a token-F1 reward instead of a judge (cheap, stricter on phrasing)",
     load_trainset=load_trainset,
     load_evalset=load_evalset,
-    make_program=WebWalkerAgent,
+    make_program=make_web_agent,
+    program_options=frozenset({"max_iters", "allowed_addresses"}),
     make_metric=make_overlap_metric,
     answer_field="answer",
     train_defaults=dict(TRAIN_DEFAULTS),
