@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import shutil
-import sys
 import threading
 from pathlib import Path
 
@@ -23,20 +21,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "web"
 LOCAL = FetchPolicy(allowed_addresses={"127.0.0.1"}, timeout_s=5.0)
 
 
-def _load_site_server():
-    name = "web_fixture_site_server"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, FIXTURES / "site_server.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
-
-@pytest.fixture(scope="module")
-def site():
-    with _load_site_server().SiteServer() as server:
-        yield server
 
 
 @pytest.fixture

@@ -6,9 +6,7 @@ one agent step (a visit) then the answer, short pages: 8 policy calls, 4 judge c
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 
 import dspy
@@ -32,20 +30,7 @@ except ImportError as err:  # the optimizer or the embedded-LM module is not the
                 allow_module_level=True)
 
 
-def _load_site_server():
-    name = "web_fixture_site_server"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, FIXTURES / "site_server.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
-
-@pytest.fixture(scope="module")
-def site():
-    with _load_site_server().SiteServer() as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

@@ -2,36 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
-from pathlib import Path
 
 import pytest
+from fixtures.web import site_server
 
 from tfgrpo_dspy.kits.web.browser import Browser
 from tfgrpo_dspy.kits.web.fetch import FetchError, FetchPolicy, FetchRefused, SafeFetcher
 
-
-def _load_site_server():
-    name = "web_fixture_site_server"
-    if name not in sys.modules:
-        path = Path(__file__).parent / "fixtures" / "web" / "site_server.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-site_server = _load_site_server()
 LOCAL = FetchPolicy(allowed_addresses={"127.0.0.1"}, max_bytes=50_000, timeout_s=1.0)
 
-
-@pytest.fixture(scope="module")
-def site():
-    with site_server.SiteServer() as server:
-        yield server
 
 
 def test_policy_rejects_bad_arguments():
