@@ -255,5 +255,9 @@ class Reflector:
         )
         if prediction is None:
             return UpdateDecision(error=error, usage=usage)
-        ops = [EditOp.coerce(op).model_dump(exclude_none=True) for op in (prediction.operations or [])]
-        return UpdateDecision(ops=ops, usage=usage)
+        ops = [EditOp.coerce(op) for op in (prediction.operations or [])]
+        if library.max_words is not None:
+            # The update step may merge proposals into a longer text; shorten it rather than lose it.
+            ops, shorten_usage = self._fit_word_limit(ops, library.max_words)
+            usage = usage + shorten_usage
+        return UpdateDecision(ops=[op.model_dump(exclude_none=True) for op in ops], usage=usage)
