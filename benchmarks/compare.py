@@ -43,6 +43,7 @@ import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -636,7 +637,7 @@ def write_markdown(report: dict[str, Any], tables: dict[str, str], path: Path) -
     lines = [
         f"# Optimizer comparison: preset `{report['preset']}`",
         "",
-        f"Command: `{report['command']}`",
+        f"Command: `{report['command']}` (code at `{report.get('code') or 'unknown'}`)",
         "",
         *([] if report.get("complete", True) else ["**Partial results: the run was still going or was interrupted.**",
                                                     ""]),
@@ -702,6 +703,7 @@ def build_report(*, preset: str, budget: Budget, lm_name: str, command: str, sta
         "started": started,
         "wall_seconds": round(wall_seconds, 1),
         "load_average": list(load_average),
+        "code": _git_revision(),
         "environment": {"python": platform.python_version(), "cpu_count": os.cpu_count(),
                         "dspy": _version("dspy"), "gepa": _version("gepa"), "optuna": _version("optuna")},
         "tasks": {
@@ -712,6 +714,19 @@ def build_report(*, preset: str, budget: Budget, lm_name: str, command: str, sta
             for task, s in splits.items()
         },
     }
+
+
+def _git_revision() -> str | None:
+    """The commit the harness ran from, with ``+dirty`` when the working tree had changes (None outside git)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return commit + ("+dirty" if dirty else "")
 
 
 def _version(package: str) -> str | None:
