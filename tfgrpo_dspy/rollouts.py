@@ -207,7 +207,9 @@ def bind_rollout_lms(
     so history is not double counted. ``sampling_seed``, when given, is sent to the provider so
     the rollout can be regenerated exactly (OpenAI, vLLM, SGLang and llama.cpp honour it).
     """
-    settings = {"rollout_id": rollout_id, "temperature": temperature}
+    settings: dict[str, Any] = {"temperature": temperature}
+    if temperature:  # greedy samples are identical anyway, and DSPy warns about a rollout_id at temperature 0
+        settings["rollout_id"] = rollout_id
     if sampling_seed is not None:
         settings["seed"] = sampling_seed
     copies: dict[int, dspy.BaseLM] = {}
