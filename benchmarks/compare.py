@@ -690,8 +690,8 @@ def write_plot(per_task: dict[str, Sequence[MethodResult]], k: int, path: Path) 
     return path
 
 
-def build_report(*, preset: str, budget: Budget, lm_name: str, command: str, started: str, wall_seconds: float,
-                 load_average: tuple[Any, Any], splits: dict[str, Split],
+def build_report(*, preset: str, budget: Budget, lm_name: str, command: str, code: str | None, started: str,
+                 wall_seconds: float, load_average: tuple[Any, Any], splits: dict[str, Split],
                  per_task: dict[str, Sequence[MethodResult]]) -> dict[str, Any]:
     return {
         "format": "tfgrpo-compare",
@@ -703,7 +703,7 @@ def build_report(*, preset: str, budget: Budget, lm_name: str, command: str, sta
         "started": started,
         "wall_seconds": round(wall_seconds, 1),
         "load_average": list(load_average),
-        "code": _git_revision(),
+        "code": code,
         "environment": {"python": platform.python_version(), "cpu_count": os.cpu_count(),
                         "dspy": _version("dspy"), "gepa": _version("gepa"), "optuna": _version("optuna")},
         "tasks": {
@@ -793,11 +793,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.gsm8k:
         splits["gsm8k"] = gsm8k_split(args.gsm8k, budget, args.data_seed)
     started, clock, load_start = time.strftime("%Y-%m-%d %H:%M:%S"), time.perf_counter(), os.getloadavg()
+    code = _git_revision()  # at the start: later edits to the tree do not change what this run measured
     per_task: dict[str, list[MethodResult]] = {}
     stem = args.stem or f"compare_{args.preset}"
 
     def save(complete: bool) -> list[Path]:
-        report = build_report(preset=args.preset, budget=budget, lm_name=args.lm, command=command, started=started,
+        report = build_report(preset=args.preset, budget=budget, lm_name=args.lm, command=command, code=code,
+                              started=started,
                               wall_seconds=time.perf_counter() - clock,
                               load_average=(round(load_start[0], 2), round(os.getloadavg()[0], 2)),
                               splits={t: splits[t] for t in per_task}, per_task=per_task)

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import re
+import subprocess
 import sys
 import threading
 from collections import Counter
@@ -213,12 +214,16 @@ def test_table_json_and_plot_writers(tmp_path):
 
     split = compare.Split("wordproblems", [], [], [], "generated")
     report = compare.build_report(preset="smoke", budget=compare.PRESETS["smoke"], lm_name="scripted",
-                                  command="python benchmarks/compare.py --preset smoke", started="now",
+                                  command="python benchmarks/compare.py --preset smoke", code="abc123+dirty",
+                                  started="now",
                                   wall_seconds=3.0, load_average=(1.0, 2.0), splits={"wordproblems": split},
                                   per_task={"wordproblems": results})
     paths = compare.write_outputs(report, {"wordproblems": results}, 1, tmp_path, "compare_test")
     data = json.loads(paths[0].read_text())
-    assert data["command"] == "python benchmarks/compare.py --preset smoke"
+    assert data["command"] == "python benchmarks/compare.py --preset smoke" and data["code"] == "abc123+dirty"
+    assert "(code at `abc123+dirty`)" in paths[1].read_text()
+    assert compare._git_revision().split("+")[0] == subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=BENCHMARKS, capture_output=True, text=True).stdout.strip()
     rows = data["tasks"]["wordproblems"]["results"]
     assert [r["status"] for r in rows] == ["ok", "ok", "failed"]
     assert rows[0]["usage_per_seed"]["task"]["total_tokens"] == 110
