@@ -661,27 +661,38 @@ def write_markdown(report: dict[str, Any], tables: dict[str, str], path: Path) -
     return path
 
 
-def write_plot(per_task: dict[str, Sequence[MethodResult]], k: int, path: Path) -> Path:
-    """Held-out score against optimization tokens, one panel per task."""
+def write_plot(report: dict[str, Any], path: Path) -> Path:
+    """Held-out score against optimization tokens, one panel per task, drawn from the saved report.
+
+    Bars: the spread over seeds, or with one seed the standard error over held-out examples.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(per_task), figsize=(6.5 * len(per_task), 4.8), squeeze=False)
-    for axis, (task, results) in zip(axes[0], per_task.items(), strict=True):
-        for result in results:
-            if result.score is None:
+    k, tasks = report["budget"]["k"], report["tasks"]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6.5 * len(tasks), 4.8), squeeze=False)
+    for axis, (task, data) in zip(axes[0], tasks.items(), strict=True):
+        placed: list[tuple[float, float]] = []
+        for result in data["results"]:
+            score, tokens = result["score_mean_at_k"], result["optimization_tokens"]
+            if score is None:
                 continue
-            marker = "s" if result.kind == "ablation" else "o"
-            axis.errorbar(result.optimization_tokens, result.score, yerr=result.score_seed_std or 0.0,
-                          fmt=marker, capsize=3)
-            axis.annotate(result.method, (result.optimization_tokens, result.score), textcoords="offset points",
-                          xytext=(5, 4), fontsize=8)
+            spread = result["score_seed_std"] if result["score_seed_std"] is not None else result[
+                "score_stderr_examples"]
+            marker = "s" if result["kind"] == "ablation" else "o"
+            axis.errorbar(tokens, score, yerr=spread or 0.0, fmt=marker, capsize=3, alpha=0.8)
+            # Methods often tie on a small test set: stack the labels of nearby points instead of overprinting.
+            near = sum(1 for t, s in placed if s == score and abs(math.log10(t + 1) - math.log10(tokens + 1)) < 0.3)
+            placed.append((tokens, score))
+            axis.annotate(result["method"], (tokens, score), textcoords="offset points",
+                          xytext=(5, 4 + 10 * near), fontsize=8)
         axis.set_xscale("symlog", linthresh=1000)
         axis.set_xlabel("optimization tokens (task + optimizer LM)")
         axis.set_ylabel(f"held-out Mean@{k}")
-        axis.set_title(task)
+        axis.set_title(f"{task}: bars = seed std, or SE over {data['split']['test']} examples with one seed",
+                       fontsize=9)
         axis.grid(True, alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -742,7 +753,7 @@ def write_outputs(report: dict[str, Any], per_task: dict[str, Sequence[MethodRes
     return [
         write_json(report, out_dir / f"{stem}.json"),
         write_markdown(report, tables, out_dir / f"{stem}.md"),
-        write_plot(per_task, k, out_dir / f"{stem}.png"),
+        write_plot(report, out_dir / f"{stem}.png"),
     ]
 
 
@@ -764,6 +775,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-seed", type=int, default=0, help="seed of the data split (same for every method)")
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--stem", help="output file stem (default compare_<preset>)")
+    parser.add_argument("--replot", type=Path, metavar="JSON",
+                        help="redraw the PNG of a saved comparison (next to the JSON) and exit; runs nothing")
     args = parser.parse_args(argv)
     if not args.wordproblems and not args.gsm8k:
         parser.error("nothing to run: --no-wordproblems needs --gsm8k PATH")
@@ -776,6 +789,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.replot:
+        print(f"wrote {write_plot(json.loads(args.replot.read_text()), args.replot.with_suffix('.png'))}")
+        return 0
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logger.setLevel(logging.INFO)
     from tfgrpo_dspy.lm import make_lm

@@ -228,6 +228,10 @@ def test_table_json_and_plot_writers(tmp_path):
     assert [r["status"] for r in rows] == ["ok", "ok", "failed"]
     assert rows[0]["usage_per_seed"]["task"]["total_tokens"] == 110
     assert "| none | 0.500 |" in paths[1].read_text()
+    assert paths[2].read_bytes().startswith(b"\x89PNG")
+    paths[2].unlink()
+    assert compare.main(["--replot", str(paths[0])]) == 0  # redrawn from the saved JSON alone
+    assert paths[2].read_bytes().startswith(b"\x89PNG")
     assert paths[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
