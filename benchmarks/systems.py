@@ -29,6 +29,7 @@ import shlex
 import sys
 import threading
 import time
+import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -94,9 +95,11 @@ class FixedLatencyEngine:
             return {"summary": "1. read the question 2. computed", "experiences_used": [],
                     "where_it_went_wrong": "nothing"}
         if kind == "extract":
-            topic = inputs.get("task_inputs", "")[:60]
+            # One distinct, general lesson per question (a copy of the question would be generalized first).
+            rule = zlib.crc32(inputs.get("task_inputs", "").encode()) % 10_000
+            lesson = f"When a question lists quantities, check each one (rule {rule})."
             return {"difference": "the winners checked each quantity",
-                    "proposals": [{"op": "add", "text": f"Check each quantity in: {topic}", "reason": "winners did"}]}
+                    "proposals": [{"op": "add", "text": lesson, "reason": "winners did"}]}
         if kind == "update":
             adds = re.findall(r"- add: (.*?)(?: \(reason: .*\))?$", inputs.get("proposals", ""), re.MULTILINE)
             return {"operations": [{"op": "add", "text": text, "reason": "proposal"} for text in adds]

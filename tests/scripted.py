@@ -22,7 +22,7 @@ _FIELD = re.compile(r"\[\[ ## (\w+) ## \]\]\n(.*?)(?=\n\n\[\[ ## |\Z)", re.DOTAL
 
 @dataclass
 class Call:
-    kind: str  # "summary", "extract", "update", "react", "extract_answer" or "policy"
+    kind: str  # "summary", "extract", "update", "shorten", "generalize", "react", "extract_answer" or "policy"
     inputs: dict[str, str]
     system: str
     temperature: float | None
@@ -39,6 +39,8 @@ def classify(system: str) -> str:
         return "update"
     if "[[ ## short_lesson ## ]]" in system:
         return "shorten"
+    if "[[ ## general_lesson ## ]]" in system:
+        return "generalize"
     if "[[ ## next_tool_name ## ]]" in system:
         return "react"
     if "[[ ## trajectory ## ]]" in system:
@@ -99,6 +101,8 @@ def default_reflection(call: Call) -> dict[str, Any] | None:
         lesson = f"When a question looks like {len(topic)} chars, check units."
         return {"difference": "the winners checked units",
                 "proposals": [{"op": "add", "text": lesson, "reason": "winners checked units"}]}
+    if call.kind == "generalize":
+        return {"general_lesson": "When a problem mixes units, convert them to one unit before computing."}
     if call.kind == "shorten":
         return {"short_lesson": " ".join(call.inputs["lesson"].split()[: int(call.inputs["max_words"].split()[0])])}
     if call.kind == "update":

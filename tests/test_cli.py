@@ -41,6 +41,20 @@ def test_train_writes_library_program_and_stats_then_resumes_for_free(scripted, 
     assert len(scripted._engine_spec.calls) == calls
 
 
+def test_train_settings_map_flags_to_optimizer_options():
+    from tfgrpo_dspy.kits.wordproblems.task import WORDPROBLEM_TASKS
+
+    task = WORDPROBLEM_TASKS["wordproblems"]
+    args = cli.build_parser().parse_args(["train", "--task", "wordproblems", "--out", "x", "--no-generalize",
+                                          "--no-summaries", "--group-size", "3"])
+    settings = cli._train_settings(task, args)
+    assert settings["generalize_lessons"] is False and settings["summarize"] is False
+    assert settings["group_size"] == 3
+    defaults = cli._train_settings(task, cli.build_parser().parse_args(["train", "--task", "wordproblems",
+                                                                        "--out", "x"]))
+    assert "generalize_lessons" not in defaults and "summarize" not in defaults  # the optimizer's defaults apply
+
+
 def test_train_estimate_spends_nothing(scripted, capsys):
     assert run("train", "--task", "wordproblems", "--n", "5", "--out", "unused", "--estimate") == 0
     assert "5 training examples" in capsys.readouterr().out

@@ -48,3 +48,75 @@ def test_over_long_update_operations_are_shortened_too():
     assert lm._engine_spec.kinds() == ["update", "shorten"] and decision.usage.calls == 2
     report = library.apply(decision.ops, step=1)
     assert [e.text for e in library] == [decision.ops[0]["text"]] and not report.refused
+
+
+# Lessons the embedded 1.5B model wrote in real runs (benchmarks/results/compare_embedded.json, the demo),
+# with the training problems they came from.
+COFFEE = ("A coffee maker costs $116. During a sale its price is reduced by 50%. After the sale, the store raises "
+          "the sale price by 50%. What is the final price of the coffee maker in dollars?")
+BUTTONS = ("Maya has 20 buttons. Priya has 3 times as many buttons as Maya, and Ravi has 28 fewer buttons than "
+           "Priya. How many more buttons does Ravi have than Maya?")
+
+
+def test_restated_details_flags_lessons_that_restate_their_problem():
+    from tfgrpo_dspy.reflection import restated_details
+
+    coffee_lesson = ("When the coffee maker is initially priced at $116, reduce the price by 50% before the sale. "
+                     "After the sale, raise the price by 50%.")
+    assert restated_details(coffee_lesson, COFFEE) == "it repeats the input's numbers 50, 116"
+    assert "copies" in restated_details(
+        "When Priya has 3 times as many buttons as Maya, subtract carefully.", BUTTONS)
+    assert restated_details(BUTTONS, BUTTONS) is not None  # the group1 ablation's "lesson" was the question
+    # General lessons pass, even when they share a stock phrase or one number with the problem.
+    for lesson in ("When a price is cut by a percentage and then raised by the same percentage, apply each "
+                   "change to the price of that moment; the result is not the original price.",
+                   "When a problem says 'times as many', multiply before comparing quantities.",
+                   "When a percentage such as 50% changes a price, compute the new price before the next step."):
+        assert restated_details(lesson, COFFEE + " " + BUTTONS) is None, lesson
+    assert restated_details("When a total is 1,000 or more, check it.", "The answer is 1000.") is None
+
+
+def _extracting(lesson: str, generalized: str):
+    from scripted import default_reflection
+
+    def script(call):
+        if call.kind == "extract":
+            return {"difference": "the winners applied each change in turn",
+                    "proposals": [{"op": "add", "text": lesson, "reason": "winners did"}]}
+        if call.kind == "generalize":
+            return {"general_lesson": generalized}
+        return default_reflection(call)
+
+    return script
+
+
+def _extract(script, generalize=True):
+    import dspy
+    from scripted import scripted_lm
+
+    from tfgrpo_dspy.reflection import Reflector
+    from tfgrpo_dspy.rollouts import GroupOutcome, Rollout
+
+    lm = scripted_lm(script)
+    example = dspy.Example(question=COFFEE, answer="87").with_inputs("question")
+    rollouts = tuple(Rollout(0, i, rollout_id=i, inputs={"question": COFFEE}, outputs={"answer": a}, trace=[],
+                             score=s) for i, (a, s) in enumerate([("87", 1.0), ("116", 0.0)]))
+    group = GroupOutcome(0, rollouts)
+    proposal = Reflector(lm, generalize=generalize).extract(
+        example, group, {}, ExperienceLibrary(max_words=40), use_ground_truth=True, max_proposals=2)
+    return proposal, lm._engine_spec.kinds()
+
+
+def test_a_restating_lesson_is_rewritten_once_or_dropped():
+    specific = "When the coffee maker costs $116 and is reduced by 50%, it then costs $58."
+    general = "When a price is reduced and then raised by a percentage, apply each change to the current price."
+    proposal, kinds = _extract(_extracting(specific, general))
+    assert kinds == ["extract", "generalize"] and proposal.ops[0]["text"] == general and not proposal.dropped
+
+    proposal, _ = _extract(_extracting(specific, "When the coffee maker costs $116, it costs $58 after 50% off."))
+    assert proposal.ops == [] and proposal.dropped[0]["text"] == specific
+    assert proposal.dropped[0]["dropped_because"] == "it repeats the input's numbers 50, 116"
+    assert type(proposal).from_dict(proposal.to_dict()) == proposal  # the run log keeps what was dropped
+
+    proposal, kinds = _extract(_extracting(specific, general), generalize=False)
+    assert kinds == ["extract"] and proposal.ops[0]["text"] == specific

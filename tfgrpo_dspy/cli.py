@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-ground-truth", action="store_true", help="reward = agreement with the majority answer")
     train.add_argument("--no-summaries", action="store_true",
                        help="extraction reads trajectories instead of per-rollout summaries (fewer calls)")
+    train.add_argument("--no-generalize", action="store_true",
+                       help="keep proposed lessons that restate their training input instead of rewriting them")
     train.add_argument("--max-lm-calls", type=int, help="stop cleanly after this many billed LM calls")
     train.add_argument("--max-tokens-budget", type=int, help="stop cleanly after this many tokens")
     train.add_argument("--max-cost", type=float, help="stop cleanly after this many USD (where the LM reports cost)")
@@ -167,6 +169,8 @@ def _train_settings(task: Task, args: argparse.Namespace) -> dict[str, Any]:
         settings.update(ground_truth=False, answer_field=task.answer_field)
     if args.no_summaries:
         settings.update(summarize=False)
+    if args.no_generalize:
+        settings.update(generalize_lessons=False)
     return settings
 
 

@@ -165,6 +165,9 @@ class TrainingFreeGRPO(Teleprompter):
         summarize: summarize every rollout of an informative group before extraction (the paper's
             recipe). False shows the extraction each attempt's trajectory instead: one reflection
             call per group instead of G+1, useful with small reflection models that only echo.
+        generalize_lessons: a proposed lesson that restates its training input (two of its numbers,
+            or a copied clause) gets one rewrite into the general strategy, and is dropped if the
+            rewrite still restates it. Small reflection models need this; strong ones rarely trip it.
         predictors: names of the predictors that carry the library; None = all of them.
         failure_score: the reward of a rollout that crashed or whose metric failed.
         seed_rollouts: send each rollout a sampling seed derived from its id, so it can be
@@ -201,6 +204,7 @@ class TrainingFreeGRPO(Teleprompter):
         answer_field: str = "answer",
         informative_only: bool = True,
         summarize: bool = True,
+        generalize_lessons: bool = True,
         predictors: Sequence[str] | None = None,
         failure_score: float = 0.0,
         seed_rollouts: bool = False,
@@ -263,6 +267,7 @@ class TrainingFreeGRPO(Teleprompter):
         self.answer_field = answer_field
         self.informative_only = informative_only
         self.summarize = bool(summarize)
+        self.generalize_lessons = bool(generalize_lessons)
         self.predictors = list(predictors) if predictors is not None else None
         self.failure_score = float(failure_score)
         self.seed_rollouts = bool(seed_rollouts)
@@ -359,7 +364,7 @@ class _Run:
         self.trainset = trainset
         self.log = RunLog(optimizer.log_dir)
         self.reflector = Reflector(optimizer.reflection_lm, max_retries=optimizer.reflection_retries,
-                                   timeout=optimizer.call_timeout)
+                                   timeout=optimizer.call_timeout, generalize=optimizer.generalize_lessons)
         self.library = ExperienceLibrary(max_experiences=optimizer.max_experiences, max_words=optimizer.max_words)
         self.steps: list[StepStats] = []
         self.spent = Usage()
@@ -614,7 +619,8 @@ class _Run:
                 "temperature": opt.temperature, "max_experiences": opt.max_experiences,
                 "max_words": opt.max_words, "max_proposals": opt.max_proposals, "seed": opt.seed,
                 "ground_truth": opt.ground_truth, "answer_field": opt.answer_field,
-                "informative_only": opt.informative_only, "summarize": opt.summarize, "predictors": opt.predictors,
+                "informative_only": opt.informative_only, "summarize": opt.summarize,
+                "generalize_lessons": opt.generalize_lessons, "predictors": opt.predictors,
                 "failure_score": opt.failure_score, "seed_rollouts": opt.seed_rollouts,
             },
         }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,13 @@ import dspy
 from tfgrpo_dspy.library import EditOp, ExperienceLibrary, normalize_text, word_count
 from tfgrpo_dspy.parallel import call_with_timeout
 from tfgrpo_dspy.rollouts import GroupOutcome, Rollout
-from tfgrpo_dspy.signatures import ExtractLessons, ShortenLesson, SummarizeRollout, UpdateLibrary
+from tfgrpo_dspy.signatures import (
+    ExtractLessons,
+    GeneralizeLesson,
+    ShortenLesson,
+    SummarizeRollout,
+    UpdateLibrary,
+)
 from tfgrpo_dspy.usage import Usage, UsageRecord, usage_of
 
 logger = logging.getLogger(__name__)
@@ -45,6 +52,7 @@ class Proposal(UsageRecord):
     ops: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
+    dropped: list[dict[str, Any]] = field(default_factory=list)  # lessons that only restated their input
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,32 @@ def _as_proposal(op: EditOp, library: ExperienceLibrary) -> EditOp | None:
     return op
 
 
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_WORD = re.compile(r"[a-z0-9']+")
+MIN_SHARED_NUMBERS = 2  # one shared number is often a general constant ("60 minutes"); two rarely are
+MIN_COPIED_WORDS = 6  # a copied clause, longer than the stock phrases lessons and tasks share
+
+
+def restated_details(lesson: str, task_text: str) -> str | None:
+    """Why ``lesson`` looks tied to the one input ``task_text``, or None if it does not.
+
+    Small reflection models often restate the problem ("When the coffee maker is priced at $116...")
+    instead of the strategy behind it. Two model-independent signs: the lesson repeats two or more of
+    the input's numbers, or copies a run of MIN_COPIED_WORDS of its words.
+    """
+    numbers = {n.replace(",", "") for n in _NUMBER.findall(lesson)}
+    shared = sorted(numbers & {n.replace(",", "") for n in _NUMBER.findall(task_text)}, key=lambda n: (len(n), n))
+    if len(shared) >= MIN_SHARED_NUMBERS:
+        return f"it repeats the input's numbers {', '.join(shared)}"
+    lesson_words, input_words = _WORD.findall(lesson.lower()), _WORD.findall(task_text.lower())
+    n = MIN_COPIED_WORDS
+    input_runs = {tuple(input_words[i : i + n]) for i in range(len(input_words) - n + 1)}
+    for i in range(len(lesson_words) - n + 1):
+        if tuple(lesson_words[i : i + n]) in input_runs:
+            return f"it copies {' '.join(lesson_words[i : i + n])!r} from the input"
+    return None
+
+
 def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
@@ -148,6 +182,8 @@ class Reflector:
         max_retries: extra attempts after a failed or unparsable call.
         retry_temperature: sampling temperature of the retries, so a retry is a new sample.
         timeout: wall-clock seconds one attempt may take before it is abandoned and retried.
+        generalize: give a proposed lesson that restates its input (`restated_details`) one
+            rewrite, and drop it if the rewrite still does.
     """
 
     def __init__(
@@ -157,9 +193,11 @@ class Reflector:
         max_retries: int = 2,
         retry_temperature: float = 0.7,
         timeout: float | None = None,
+        generalize: bool = True,
     ):
         self.lm = lm
         self.timeout = timeout
+        self.generalize = generalize
         self.max_retries = max_retries
         self.retry_temperature = retry_temperature
 
@@ -227,10 +265,37 @@ class Reflector:
             return Proposal(group.example_index, error=error, usage=usage)
         ops = [_as_proposal(EditOp.coerce(op), library) for op in (prediction.proposals or [])]
         kept = [op for op in ops if op is not None][:max_proposals]
+        dropped: list[dict[str, Any]] = []
+        if self.generalize:
+            kept, dropped, generalize_usage = self._generalize(kept, _as_text(example.inputs().toDict()),
+                                                               library.max_words or 60)
+            usage = usage + generalize_usage
         if library.max_words is not None:
             kept, shorten_usage = self._fit_word_limit(kept, library.max_words)
             usage = usage + shorten_usage
-        return Proposal(group.example_index, ops=[op.model_dump(exclude_none=True) for op in kept], usage=usage)
+        return Proposal(group.example_index, ops=[op.model_dump(exclude_none=True) for op in kept], usage=usage,
+                        dropped=dropped)
+
+    def _generalize(
+        self, ops: list[EditOp], task_text: str, max_words: int
+    ) -> tuple[list[EditOp], list[dict[str, Any]], Usage]:
+        """Ask once to generalize each lesson that restates its input; drop one whose rewrite still does."""
+        usage, kept, dropped = Usage(), [], []
+        for op in ops:
+            problem = restated_details(op.text, task_text) if op.text else None
+            if problem is None:
+                kept.append(op)
+                continue
+            prediction, _, spent = self._run(GeneralizeLesson, lesson=op.text, task_input=task_text,
+                                             problem=problem, max_words=max_words)
+            usage = usage + spent
+            rewritten = str(prediction.general_lesson).strip() if prediction is not None else ""
+            if rewritten and restated_details(rewritten, task_text) is None:
+                kept.append(op.model_copy(update={"text": rewritten}))
+                continue
+            logger.info("dropped a proposed lesson that restates its input (%s): %s", problem, op.text)
+            dropped.append({**op.model_dump(exclude_none=True), "dropped_because": problem})
+        return kept, dropped, usage
 
     def _fit_word_limit(self, ops: list[EditOp], max_words: int) -> tuple[list[EditOp], Usage]:
         """Ask once to shorten each over-long lesson; one still too long is left for the library to refuse."""

@@ -99,3 +99,16 @@ class ShortenLesson(dspy.Signature):
     lesson: str = dspy.InputField(desc="the lesson that is too long")
     max_words: int = dspy.InputField(desc="the most words the rewritten lesson may have")
     short_lesson: str = dspy.OutputField(desc="the same lesson in at most max_words words")
+
+
+class GeneralizeLesson(dspy.Signature):
+    """A proposed lesson for an AI program's experience library restates details of the one input it
+    was learned from, so it cannot help on any other input. Rewrite it as the general strategy behind
+    it: one sentence "When <kind of situation>, <what to do>.", with no names, numbers, objects or
+    answers from that input."""
+
+    lesson: str = dspy.InputField(desc="the proposed lesson")
+    task_input: str = dspy.InputField(desc="the input it was learned from; none of its details may appear")
+    problem: str = dspy.InputField(desc="which details of the input the lesson repeats")
+    max_words: int = dspy.InputField(desc="the most words the rewritten lesson may have")
+    general_lesson: str = dspy.OutputField(desc="the general strategy, one sentence starting with 'When'")
