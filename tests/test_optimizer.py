@@ -324,3 +324,64 @@ def test_valset_is_scored_without_and_with_the_library(lm, tmp_path):
     assert all(0.0 <= v <= 100.0 for v in scores.values())
     assert json.loads((tmp_path / "valset.json").read_text()) == scores
     assert compiled.tfgrpo_result.to_dict()["valset_scores"] == scores
+
+
+def test_long_trajectories_are_clipped_to_the_reflection_budget():
+    """A ReAct run can produce pages of trajectory; a 4k-token reflection model must still get a prompt it can read."""
+    long_reasoning = "step " + "x" * 3_800  # stored traces keep 4,000 characters per value
+
+    def verbose(call):
+        reply = default_reflection(call)
+        if reply is not None:
+            return reply
+        i = int(re.search(r"What is (\d+)", call.inputs["question"]).group(1))
+        return {"reasoning": long_reasoning, "answer": str(i + 2) if call.number % 2 else "wrong"}
+
+    lm = scripted_lm(verbose)
+    with dspy.context(lm=lm):
+        optimizer(epochs=1, group_size=2, summarize=False, max_trajectory_chars=3000).compile(
+            dspy.ChainOfThought("question -> answer"), trainset=trainset(2))
+        optimizer(epochs=1, group_size=2, max_trajectory_chars=3000).compile(
+            dspy.ChainOfThought("question -> answer"), trainset=trainset(2))
+    extracts = [c for c in lm._engine_spec.calls if c.kind == "extract"]
+    summaries = [c for c in lm._engine_spec.calls if c.kind == "summary"]
+    assert extracts and summaries
+    for call in extracts[:2]:  # the summarize=False run: both attempts' trajectories share the budget
+        attempts = call.inputs["attempts"]
+        assert len(attempts) < 3000 + 400 and attempts.count("characters omitted") == 2
+        assert attempts.count("output answer:") == 2 and attempts.count("## Step 1: predict") == 2  # both ends kept
+    for call in summaries:
+        assert len(call.inputs["trajectory"]) <= 3000 and "output answer:" in call.inputs["trajectory"]
+    with pytest.raises(ValueError, match="max_trajectory_chars"):
+        optimizer(max_trajectory_chars=0)
+
+
+def test_a_prompt_too_long_for_the_context_is_not_retried():
+    from dspy import lm15
+
+    from tfgrpo_dspy.reflection import Reflector
+
+    def overflow(call):  # what the embedded engine raises for llama.cpp's exceed_context_size_error
+        return lm15.ContextLengthError("request (9859 tokens) exceeds the available context size (4096 tokens)",
+                                       provider="local")
+
+    lm = scripted_lm(overflow)
+    prediction, error, usage = Reflector(lm, max_retries=2)._run(dspy.Signature("text -> summary"), text="long")
+    assert prediction is None and "ContextWindowExceeded" in error
+    assert len(lm._engine_spec.calls) == 1
+
+
+def test_a_run_from_before_a_new_setting_existed_resumes(lm, tmp_path):
+    compiled = optimizer(epochs=1, log_dir=tmp_path).compile(dspy.Predict("question -> answer"), trainset=trainset())
+    manifest_path = Path(tmp_path) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    del manifest["settings"]["max_trajectory_chars"]  # as written by the version before that setting
+    manifest_path.write_text(json.dumps(manifest))
+    calls = len(lm._engine_spec.calls)
+    resumed = optimizer(epochs=1, log_dir=tmp_path).compile(dspy.Predict("question -> answer"), trainset=trainset())
+    assert len(lm._engine_spec.calls) == calls  # everything was reused
+    assert [e.text for e in resumed.experience_library] == [e.text for e in compiled.experience_library]
+    assert json.loads(manifest_path.read_text())["settings"]["max_trajectory_chars"] == 8000
+    with pytest.raises(ValueError, match="different settings"):  # a changed setting is still refused
+        optimizer(epochs=1, log_dir=tmp_path, max_trajectory_chars=100).compile(
+            dspy.Predict("question -> answer"), trainset=trainset())

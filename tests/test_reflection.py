@@ -120,3 +120,13 @@ def test_a_restating_lesson_is_rewritten_once_or_dropped():
 
     proposal, kinds = _extract(_extracting(specific, general), generalize=False)
     assert kinds == ["extract"] and proposal.ops[0]["text"] == specific
+
+
+def test_clip_middle_keeps_both_ends_within_the_limit():
+    from tfgrpo_dspy.reflection import clip_middle
+
+    text = "START " + "m" * 5000 + " END"
+    clipped = clip_middle(text, 1000)
+    assert len(clipped) == 1000 and clipped.startswith("START") and clipped.endswith(" END")
+    assert "characters omitted" in clipped
+    assert clip_middle("short", 1000) == "short" and clip_middle(text, None) == text

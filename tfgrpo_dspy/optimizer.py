@@ -168,6 +168,10 @@ class TrainingFreeGRPO(Teleprompter):
         generalize_lessons: a proposed lesson that restates its training input (two of its numbers,
             or a copied clause) gets one rewrite into the general strategy, and is dropped if the
             rewrite still restates it. Small reflection models need this; strong ones rarely trip it.
+        max_trajectory_chars: the most characters of rollout trajectories one reflection call reads
+            (shared by a group's attempts when ``summarize=False``); longer ones lose their middle.
+            The default, about 2,000 tokens, fits a 4k-token context such as the embedded model's;
+            raise it (or pass None) for a reflection LM with a long context.
         predictors: names of the predictors that carry the library; None = all of them.
         failure_score: the reward of a rollout that crashed or whose metric failed.
         seed_rollouts: send each rollout a sampling seed derived from its id, so it can be
@@ -205,6 +209,7 @@ class TrainingFreeGRPO(Teleprompter):
         informative_only: bool = True,
         summarize: bool = True,
         generalize_lessons: bool = True,
+        max_trajectory_chars: int | None = 8000,
         predictors: Sequence[str] | None = None,
         failure_score: float = 0.0,
         seed_rollouts: bool = False,
@@ -241,7 +246,7 @@ class TrainingFreeGRPO(Teleprompter):
         if not isinstance(answer_field, str) or not answer_field:
             raise ValueError("answer_field must be a non-empty field name")
         for name, value in (("max_lm_calls", max_lm_calls), ("max_tokens_budget", max_tokens_budget),
-                            ("max_errors", max_errors)):
+                            ("max_errors", max_errors), ("max_trajectory_chars", max_trajectory_chars)):
             if value is not None:
                 _require_int(name, value, minimum=1)
         if max_cost is not None and (not isinstance(max_cost, (int, float)) or max_cost <= 0):
@@ -268,6 +273,7 @@ class TrainingFreeGRPO(Teleprompter):
         self.informative_only = informative_only
         self.summarize = bool(summarize)
         self.generalize_lessons = bool(generalize_lessons)
+        self.max_trajectory_chars = max_trajectory_chars
         self.predictors = list(predictors) if predictors is not None else None
         self.failure_score = float(failure_score)
         self.seed_rollouts = bool(seed_rollouts)
@@ -364,7 +370,8 @@ class _Run:
         self.trainset = trainset
         self.log = RunLog(optimizer.log_dir)
         self.reflector = Reflector(optimizer.reflection_lm, max_retries=optimizer.reflection_retries,
-                                   timeout=optimizer.call_timeout, generalize=optimizer.generalize_lessons)
+                                   timeout=optimizer.call_timeout, generalize=optimizer.generalize_lessons,
+                                   max_trajectory_chars=optimizer.max_trajectory_chars)
         self.library = ExperienceLibrary(max_experiences=optimizer.max_experiences, max_words=optimizer.max_words)
         self.steps: list[StepStats] = []
         self.spent = Usage()
@@ -620,7 +627,8 @@ class _Run:
                 "max_words": opt.max_words, "max_proposals": opt.max_proposals, "seed": opt.seed,
                 "ground_truth": opt.ground_truth, "answer_field": opt.answer_field,
                 "informative_only": opt.informative_only, "summarize": opt.summarize,
-                "generalize_lessons": opt.generalize_lessons, "predictors": opt.predictors,
+                "generalize_lessons": opt.generalize_lessons, "max_trajectory_chars": opt.max_trajectory_chars,
+                "predictors": opt.predictors,
                 "failure_score": opt.failure_score, "seed_rollouts": opt.seed_rollouts,
             },
         }

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
+from dspy.utils.exceptions import ContextWindowExceededError
 
 from tfgrpo_dspy.library import EditOp, ExperienceLibrary, normalize_text, word_count
 from tfgrpo_dspy.parallel import call_with_timeout
@@ -69,6 +70,17 @@ def render_library(library: ExperienceLibrary) -> str:
     return library.render() or EMPTY_LIBRARY
 
 
+def clip_middle(text: str, limit: int | None) -> str:
+    """``text`` cut to ``limit`` characters by dropping its middle: the start says what the attempt set
+    out to do, the end holds its last steps, its answer and where it failed."""
+    if limit is None or len(text) <= limit:
+        return text
+    marker = f"\n[... {len(text) - limit} characters omitted ...]\n"
+    keep = max(limit - len(marker), 0)
+    head = keep * 2 // 5
+    return text[:head] + marker + text[len(text) - (keep - head):]
+
+
 def format_trajectory(rollout: Rollout) -> str:
     if not rollout.trace and rollout.error:
         return f"The program failed before producing any step: {rollout.error}"
@@ -94,13 +106,17 @@ def format_outcome(rollout: Rollout) -> str:
     return "\n".join(lines)
 
 
-def format_attempts(group: GroupOutcome, summaries: dict[int, RolloutSummary]) -> str:
+def format_attempts(
+    group: GroupOutcome, summaries: dict[int, RolloutSummary], max_chars: int | None = None
+) -> str:
+    """Each attempt's summary, or its trajectory when it has none; trajectories share ``max_chars``."""
     blocks = []
+    per_attempt = None if max_chars is None else max_chars // max(len(group.rollouts), 1)
     for rollout, advantage in zip(group.rollouts, group.advantages, strict=True):
         summary = summaries.get(rollout.sample_index)
         head = f"### Attempt {rollout.sample_index + 1}: reward {rollout.score:.2f}, advantage {advantage:+.2f}"
         if summary is None or summary.error:  # summaries off, or this one failed: show what it did
-            body = format_trajectory(rollout)
+            body = clip_middle(format_trajectory(rollout), per_attempt)
         else:
             body = (f"{summary.summary}\nlessons applied: {', '.join(summary.experiences_used) or 'none'}\n"
                     f"where it went wrong: {summary.where_it_went_wrong}")
@@ -184,6 +200,9 @@ class Reflector:
         timeout: wall-clock seconds one attempt may take before it is abandoned and retried.
         generalize: give a proposed lesson that restates its input (`restated_details`) one
             rewrite, and drop it if the rewrite still does.
+        max_trajectory_chars: the most characters of trajectory one call sees (a summary sees one
+            trajectory, an extraction without summaries shares this among the group's attempts);
+            longer ones lose their middle. None = no limit.
     """
 
     def __init__(
@@ -194,10 +213,12 @@ class Reflector:
         retry_temperature: float = 0.7,
         timeout: float | None = None,
         generalize: bool = True,
+        max_trajectory_chars: int | None = None,
     ):
         self.lm = lm
         self.timeout = timeout
         self.generalize = generalize
+        self.max_trajectory_chars = max_trajectory_chars
         self.max_retries = max_retries
         self.retry_temperature = retry_temperature
 
@@ -220,14 +241,16 @@ class Reflector:
             except Exception as exc:
                 last_error = f"{type(exc).__name__}: {exc}"
                 logger.info("%s attempt %d failed: %s", signature.__name__, attempt + 1, last_error)
-        logger.warning("%s failed after %d attempts: %s", signature.__name__, self.max_retries + 1, last_error)
+                if isinstance(exc, ContextWindowExceededError):
+                    break  # the same prompt will not fit on a retry either
+        logger.warning("%s failed after %d attempts: %s", signature.__name__, len(copies), last_error)
         return None, last_error, usage_of(copies)
 
     def summarize(self, rollout: Rollout, library: ExperienceLibrary) -> RolloutSummary:
         prediction, error, usage = self._run(
             SummarizeRollout,
             task_inputs=_as_text(rollout.inputs),
-            trajectory=format_trajectory(rollout),
+            trajectory=clip_middle(format_trajectory(rollout), self.max_trajectory_chars),
             outcome=format_outcome(rollout),
             experience_library=render_library(library),
         )
@@ -256,7 +279,7 @@ class Reflector:
             ExtractLessons,
             task_inputs=_as_text(example.inputs().toDict()),
             reference=format_reference(example, use_ground_truth),
-            attempts=format_attempts(group, summaries),
+            attempts=format_attempts(group, summaries, self.max_trajectory_chars),
             experience_library=render_library(library),
             max_proposals=max_proposals,
             max_words=library.max_words or 60,

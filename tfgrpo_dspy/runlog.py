@@ -25,6 +25,14 @@ from tfgrpo_dspy.library import ExperienceLibrary, write_json_atomic
 logger = logging.getLogger(__name__)
 
 
+def _settings_added_since(previous: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+    """Settings in ``manifest`` that the manifest of an earlier version, ``previous``, did not have."""
+    old, new = previous.get("settings"), manifest.get("settings")
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return {}
+    return {key: value for key, value in new.items() if key not in old}
+
+
 class RunLog:
     """Reads and writes one run's records; with ``root=None`` nothing is persisted."""
 
@@ -45,6 +53,13 @@ class RunLog:
         path = self.root / "manifest.json"
         if path.exists():
             previous = json.loads(path.read_text(encoding="utf-8"))
+            added = _settings_added_since(previous, manifest)
+            if added:
+                # A run begun before these settings existed resumes under their current values; the
+                # manifest records them so later resumes compare against the full set.
+                logger.info("resuming a run that predates the settings %s; they apply from now on", added)
+                previous = {**previous, "settings": {**previous["settings"], **added}}
+                write_json_atomic(path, previous)
             changed = sorted(k for k in set(previous) | set(manifest) if previous.get(k) != manifest.get(k))
             if changed:
                 details = "; ".join(f"{k}: {previous.get(k)!r} -> {manifest.get(k)!r}" for k in changed[:6])
