@@ -138,6 +138,11 @@ def test_webwalkerqa_task_uses_the_papers_web_settings(webwalkerqa_dir):
     evalset = task.load_evalset(TaskData(source=str(webwalkerqa_dir), n=17, seed=0))
     assert all(e.question.startswith("Silver") for e in trainset)  # train from silver, eval from main
     assert not any(e.question.startswith("Silver") for e in evalset)
+    # Without n: the paper's 51 / 68, or all of a smaller source; an explicit n too large is an error.
+    assert len(task.load_trainset(TaskData(source=str(webwalkerqa_dir)))) == 24 < task.default_train_n
+    assert len(task.load_evalset(TaskData(source=str(webwalkerqa_dir)))) == 34 < task.default_eval_n
+    with pytest.raises(ValueError, match=r"n must be an integer in 1\.\.24"):
+        task.load_trainset(TaskData(source=str(webwalkerqa_dir), n=51))
     assert {e.root_url for e in evalset} == {str(evalset[0].root_url)} and "127.0.0.1" in evalset[0].root_url
     judge_lm = DummyLM([{"explanation": "same person", "grade": "CORRECT"}])
     metric = task.make_metric(judge_lm)

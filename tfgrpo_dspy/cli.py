@@ -178,7 +178,7 @@ def _train_settings(task: Task, args: argparse.Namespace) -> dict[str, Any]:
 def cmd_train(args: argparse.Namespace) -> int:
     task = TASKS[args.task]
     program = _make_program(task, args)  # before loading data: a bad option fails fast
-    trainset = task.load_trainset(TaskData(source=args.source, n=args.n or task.default_train_n, seed=args.seed))
+    trainset = task.load_trainset(TaskData(source=args.source, n=args.n, seed=args.seed))
     out = Path(args.out)
     settings = _train_settings(task, args)
     if args.estimate:
@@ -212,7 +212,7 @@ def _eval_line(name: str, report: EvalReport) -> str:
 def cmd_eval(args: argparse.Namespace) -> int:
     task = TASKS[args.task]
     program = _make_program(task, args)  # before loading data: a bad option fails fast
-    examples = task.load_evalset(TaskData(source=args.source, n=args.n or task.default_eval_n, seed=args.seed))
+    examples = task.load_evalset(TaskData(source=args.source, n=args.n, seed=args.seed))
     k = args.k or task.eval_defaults.get("k", 1)
     temperature = args.temperature if args.temperature is not None else task.eval_defaults.get("temperature", 0.0)
     policy, reflection = _lms(args)

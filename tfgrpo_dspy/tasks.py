@@ -40,7 +40,8 @@ class Task:
         answer_field: the prediction field holding the final answer (majority-vote reward).
         train_defaults: keyword defaults for `TrainingFreeGRPO` (group_size, epochs, temperature, ...).
         eval_defaults: ``{"k": ..., "temperature": ...}`` for ``tfgrpo eval``.
-        default_train_n / default_eval_n: example counts when the user gives none.
+        default_train_n / default_eval_n: example counts when the user gives none (``TaskData.n`` is
+            None); the loaders apply them, a source with fewer examples may give fewer.
         program_options: keyword options ``make_program`` accepts from the command line
             (``max_iters`` for agents, ``allowed_addresses`` for browsing agents).
     """

@@ -29,6 +29,7 @@ from tfgrpo_dspy.tasks import Task, TaskData
 logger = logging.getLogger(__name__)
 
 DAPO_TRAIN_N = 100  # the paper's training set size
+DAPO_EVAL_N = 100
 DAPO_SEED = 42  # the paper's reference shuffles the deduplicated set with seed 42
 GSM8K_TRAIN_N = DAPO_TRAIN_N
 # Paper recipe: groups of 5 at temperature 0.7, 3 epochs; evaluation Mean@32 at temperature 0.3.
@@ -48,7 +49,8 @@ def _load_dapo_train(data: TaskData) -> list[dspy.Example]:
 
 def _load_dapo_heldout(data: TaskData) -> list[dspy.Example]:
     """Problems after the first DAPO_TRAIN_N of the same shuffled order: disjoint from the default trainset."""
-    return load_dapo_math(data.source or DAPO_MATH_HUB_ID, n=data.n, seed=data.seed_or(DAPO_SEED), skip=DAPO_TRAIN_N)
+    n = DAPO_EVAL_N if data.n is None else data.n
+    return load_dapo_math(data.source or DAPO_MATH_HUB_ID, n=n, seed=data.seed_or(DAPO_SEED), skip=DAPO_TRAIN_N)
 
 
 def _eval_only(name: str) -> Any:
@@ -101,7 +103,7 @@ DAPO_MATH = Task(
     train_defaults=TRAIN_DEFAULTS,
     eval_defaults={"k": 4, "temperature": 0.3},
     default_train_n=DAPO_TRAIN_N,
-    default_eval_n=100,
+    default_eval_n=DAPO_EVAL_N,
 )
 
 AIME24 = Task(

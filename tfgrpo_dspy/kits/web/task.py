@@ -14,13 +14,15 @@ from pathlib import Path
 import dspy
 
 from tfgrpo_dspy.kits.web.agent import WebWalkerAgent
-from tfgrpo_dspy.kits.web.data import load_webwalkerqa_subset
+from tfgrpo_dspy.kits.web.data import HUB_ID, load_webwalkerqa, load_webwalkerqa_subset, stratified_subset
 from tfgrpo_dspy.kits.web.fetch import FetchPolicy
 from tfgrpo_dspy.kits.web.judge import WebAnswerJudge, overlap_metric
 from tfgrpo_dspy.tasks import Task, TaskData
 
 TRAIN_DEFAULTS = {"group_size": 3, "epochs": 3, "temperature": 0.7}
 EVAL_DEFAULTS = {"k": 1, "temperature": 0.3}
+DEFAULT_TRAIN_N = 51
+DEFAULT_EVAL_N = 68
 
 
 def _split_for(data: TaskData, split: str) -> str:
@@ -28,14 +30,25 @@ def _split_for(data: TaskData, split: str) -> str:
     return "main" if data.source and Path(data.source).expanduser().is_file() else split
 
 
+def _load(data: TaskData, split: str, default_n: int) -> list[dspy.Example]:
+    split = _split_for(data, split)
+    if data.n is not None:
+        return load_webwalkerqa_subset(data.n, data.seed_or(0), data.source, split)
+    # No --n: the paper's subset size, or every question of a smaller source (a local site's own set).
+    examples = load_webwalkerqa(data.source, split)
+    if not examples:
+        raise ValueError(f"no WebWalkerQA examples in {data.source or HUB_ID} (split {split})")
+    return stratified_subset(examples, min(default_n, len(examples)), data.seed_or(0))
+
+
 def load_trainset(data: TaskData) -> list[dspy.Example]:
-    """Stratified (4:7:6) training questions from the silver split."""
-    return load_webwalkerqa_subset(data.n, data.seed_or(0), data.source, _split_for(data, "silver"))
+    """Stratified (4:7:6) training questions from the silver split (default 51, as in the paper)."""
+    return _load(data, "silver", DEFAULT_TRAIN_N)
 
 
 def load_evalset(data: TaskData) -> list[dspy.Example]:
-    """Stratified (4:7:6) evaluation questions from the main split."""
-    return load_webwalkerqa_subset(data.n, data.seed_or(0), data.source, _split_for(data, "main"))
+    """Stratified (4:7:6) evaluation questions from the main split (default 68)."""
+    return _load(data, "main", DEFAULT_EVAL_N)
 
 
 def make_web_agent(*, max_iters: int = 8, allowed_addresses: Collection[str] = ()) -> WebWalkerAgent:
@@ -64,8 +77,8 @@ WEBWALKERQA = Task(
     answer_field="answer",
     train_defaults=dict(TRAIN_DEFAULTS),
     eval_defaults=dict(EVAL_DEFAULTS),
-    default_train_n=51,
-    default_eval_n=68,
+    default_train_n=DEFAULT_TRAIN_N,
+    default_eval_n=DEFAULT_EVAL_N,
 )
 
 WEBWALKERQA_F1 = Task(
@@ -79,8 +92,8 @@ WEBWALKERQA_F1 = Task(
     answer_field="answer",
     train_defaults=dict(TRAIN_DEFAULTS),
     eval_defaults=dict(EVAL_DEFAULTS),
-    default_train_n=51,
-    default_eval_n=68,
+    default_train_n=DEFAULT_TRAIN_N,
+    default_eval_n=DEFAULT_EVAL_N,
 )
 
 WEB_TASKS: dict[str, Task] = {task.name: task for task in (WEBWALKERQA, WEBWALKERQA_F1)}
