@@ -90,7 +90,7 @@ def _extracting(lesson: str, generalized: str):
     return script
 
 
-def _extract(script, generalize=True):
+def _extract(script, generalize=True, use_ground_truth=True):
     import dspy
     from scripted import scripted_lm
 
@@ -103,7 +103,7 @@ def _extract(script, generalize=True):
                              score=s) for i, (a, s) in enumerate([("87", 1.0), ("116", 0.0)]))
     group = GroupOutcome(0, rollouts)
     proposal = Reflector(lm, generalize=generalize).extract(
-        example, group, {}, ExperienceLibrary(max_words=40), use_ground_truth=True, max_proposals=2)
+        example, group, {}, ExperienceLibrary(max_words=40), use_ground_truth=use_ground_truth, max_proposals=2)
     return proposal, lm._engine_spec.kinds()
 
 
@@ -130,3 +130,31 @@ def test_clip_middle_keeps_both_ends_within_the_limit():
     assert len(clipped) == 1000 and clipped.startswith("START") and clipped.endswith(" END")
     assert "characters omitted" in clipped
     assert clip_middle("short", 1000) == "short" and clip_middle(text, None) == text
+
+
+def test_restated_details_flags_lessons_that_state_the_training_answer():
+    from tfgrpo_dspy.reflection import restated_details
+
+    # The two lessons the embedded model learned on the local web site (benchmarks/web_local_site.py).
+    question = '{"question": "In which year was the Riverside Institute founded?", "root_url": "http://127.0.0.1:8765/"}'
+    assert restated_details("When the Riverside Institute was founded, it was in 1987.", question, ["1987"]) == (
+        "it states the example's answer '1987'")
+    email = '{"question": "What email address can you write to in order to contact the Riverside Institute?"}'
+    assert "office@riverside.test" in restated_details(
+        "When you see the 'Contact' link on the page, write to office@riverside.test.", email,
+        ["office@riverside.test"])
+    # Strategies pass; short answers and numbers inside other numbers do not count as stating the answer.
+    strategy = "When a question asks when an organisation was founded, open its About page first."
+    assert restated_details(strategy, question, ["1987"]) is None
+    assert restated_details("When the answer is yes or no, say so first.", "Is it open?", ["yes"]) is None
+    assert restated_details("When a year like 19870 appears, check it.", "When?", ["1987"]) is None
+    assert restated_details("When counting, recount: 42 is often off by one.", "How many?", ["42"]) is not None
+
+
+def test_the_answer_check_needs_labels_the_reflection_may_see():
+    leaky = "When a price is halved and then raised by half, the answer is 87."
+    general = "When a price is reduced and then raised by a percentage, apply each change to the current price."
+    proposal, kinds = _extract(_extracting(leaky, general))
+    assert kinds == ["extract", "generalize"] and proposal.ops[0]["text"] == general
+    proposal, kinds = _extract(_extracting(leaky, general), use_ground_truth=False)  # majority vote: no labels
+    assert kinds == ["extract"] and proposal.ops[0]["text"] == leaky

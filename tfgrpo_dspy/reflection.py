@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,15 +164,24 @@ _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _WORD = re.compile(r"[a-z0-9']+")
 MIN_SHARED_NUMBERS = 2  # one shared number is often a general constant ("60 minutes"); two rarely are
 MIN_COPIED_WORDS = 6  # a copied clause, longer than the stock phrases lessons and tasks share
+MIN_ANSWER_CHARS = 4  # shorter answers ("3", "yes", "no") also appear in general advice; numbers need 2 digits
 
 
-def restated_details(lesson: str, task_text: str) -> str | None:
+def restated_details(lesson: str, task_text: str, answers: Sequence[str] = ()) -> str | None:
     """Why ``lesson`` looks tied to the one input ``task_text``, or None if it does not.
 
     Small reflection models often restate the problem ("When the coffee maker is priced at $116...")
-    instead of the strategy behind it. Two model-independent signs: the lesson repeats two or more of
-    the input's numbers, or copies a run of MIN_COPIED_WORDS of its words.
+    or its answer ("When the Riverside Institute was founded, it was in 1987.") instead of the
+    strategy behind it. Three model-independent signs: the lesson states one of the example's
+    ``answers`` (a label of MIN_ANSWER_CHARS characters or a 2-digit number), repeats two or more of the input's
+    numbers, or copies a run of MIN_COPIED_WORDS of its words.
     """
+    folded = lesson.casefold()
+    for answer in answers:
+        answer = normalize_text(answer)
+        distinctive = len(answer) >= MIN_ANSWER_CHARS or (len(answer) >= 2 and answer.isdigit())
+        if distinctive and re.search(rf"(?<!\w){re.escape(answer.casefold())}(?!\w)", folded):
+            return f"it states the example's answer {answer!r}"
     numbers = {n.replace(",", "") for n in _NUMBER.findall(lesson)}
     shared = sorted(numbers & {n.replace(",", "") for n in _NUMBER.findall(task_text)}, key=lambda n: (len(n), n))
     if len(shared) >= MIN_SHARED_NUMBERS:
@@ -290,7 +300,9 @@ class Reflector:
         kept = [op for op in ops if op is not None][:max_proposals]
         dropped: list[dict[str, Any]] = []
         if self.generalize:
-            kept, dropped, generalize_usage = self._generalize(kept, _as_text(example.inputs().toDict()),
+            # Labels are checked only when the reflection may see them (not under ground_truth=False).
+            answers = [_as_text(v) for v in example.labels().values()] if use_ground_truth else []
+            kept, dropped, generalize_usage = self._generalize(kept, _as_text(example.inputs().toDict()), answers,
                                                                library.max_words or 60)
             usage = usage + generalize_usage
         if library.max_words is not None:
@@ -300,12 +312,12 @@ class Reflector:
                         dropped=dropped)
 
     def _generalize(
-        self, ops: list[EditOp], task_text: str, max_words: int
+        self, ops: list[EditOp], task_text: str, answers: Sequence[str], max_words: int
     ) -> tuple[list[EditOp], list[dict[str, Any]], Usage]:
         """Ask once to generalize each lesson that restates its input; drop one whose rewrite still does."""
         usage, kept, dropped = Usage(), [], []
         for op in ops:
-            problem = restated_details(op.text, task_text) if op.text else None
+            problem = restated_details(op.text, task_text, answers) if op.text else None
             if problem is None:
                 kept.append(op)
                 continue
@@ -313,7 +325,7 @@ class Reflector:
                                              problem=problem, max_words=max_words)
             usage = usage + spent
             rewritten = str(prediction.general_lesson).strip() if prediction is not None else ""
-            if rewritten and restated_details(rewritten, task_text) is None:
+            if rewritten and restated_details(rewritten, task_text, answers) is None:
                 kept.append(op.model_copy(update={"text": rewritten}))
                 continue
             logger.info("dropped a proposed lesson that restates its input (%s): %s", problem, op.text)

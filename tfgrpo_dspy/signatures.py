@@ -102,10 +102,10 @@ class ShortenLesson(dspy.Signature):
 
 
 class GeneralizeLesson(dspy.Signature):
-    """A proposed lesson for an AI program's experience library restates details of the one input it
-    was learned from, so it cannot help on any other input. Rewrite it as the general strategy behind
-    it: one sentence "When <kind of situation>, <what to do>.", with no names, numbers, objects or
-    answers from that input."""
+    """A proposed lesson for an AI program's experience library restates details or the answer of the
+    one input it was learned from, so it cannot help on any other input. Rewrite it as the general
+    strategy behind it: one sentence "When <kind of situation>, <what to do>.", with no names, numbers,
+    objects or answers from that input."""
 
     lesson: str = dspy.InputField(desc="the proposed lesson")
     task_input: str = dspy.InputField(desc="the input it was learned from; none of its details may appear")
