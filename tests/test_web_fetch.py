@@ -25,6 +25,8 @@ def test_policy_rejects_bad_arguments():
         FetchPolicy(allowed_addresses="127.0.0.1")
     with pytest.raises(ValueError, match="site_url"):
         SafeFetcher("ftp://example.org/")
+    with pytest.raises(ValueError, match="site_url"):
+        SafeFetcher("http://host:abc/")
 
 
 def test_loopback_refused_by_default_and_nothing_is_sent(site):
@@ -38,13 +40,26 @@ def test_loopback_refused_by_default_and_nothing_is_sent(site):
 @pytest.mark.parametrize(
     "address",
     ["10.1.2.3", "172.16.0.9", "192.168.1.1", "169.254.169.254", "127.0.0.2", "::1", "fe80::1",
-     "::ffff:10.0.0.1", "100.64.0.1", "0.0.0.0"],
+     "::ffff:10.0.0.1", "100.64.0.1", "0.0.0.0",
+     # special ranges some Python versions call global
+     "192.0.0.8", "192.0.0.170", "fec0::1",
+     # IPv6 forms that carry a private IPv4 address: compatible, translated, NAT64, 6to4, Teredo
+     "::7f00:1", "::ffff:0:7f00:1", "64:ff9b::7f00:1", "64:ff9b::a00:1", "64:ff9b:1::a00:1",
+     "2002:7f00:1::1", "2002:a9fe:a9fe::", "2001:0:a00:1::5db8:d822", "2001:0:5db8:d822::f5ff:fffe"],
 )
 def test_private_link_local_and_loopback_addresses_refused(address):
     # The resolver is faked: no connection is ever attempted to these addresses.
     with SafeFetcher("http://site.test/", resolver=lambda host, port: [address]) as fetcher:
         with pytest.raises(FetchRefused, match="private, loopback, link-local or reserved"):
             fetcher.check_url("http://site.test/page")
+
+
+@pytest.mark.parametrize(
+    "address", ["93.184.216.34", "::ffff:93.184.216.34", "64:ff9b::5db8:d822", "2002:5db8:d822::1", "2606:4700::1"]
+)
+def test_public_addresses_pass_in_every_form(address):
+    with SafeFetcher("http://site.test/", resolver=lambda host, port: [address]) as fetcher:
+        assert fetcher.check_url("http://site.test/page")[1] == address
 
 
 def test_every_resolved_address_is_checked():

@@ -1,25 +1,34 @@
-"""Run untrusted Python (written by the agent) in a separate, limited process.
+"""Run untrusted Python (written by the agent) in a separate, contained process.
 
-What is enforced, and how (each layer is probed once; `PythonSandbox.isolation` says which are active):
+The containment comes from util-linux (``unshare``, ``mount``, ``pivot_root``, ``setpriv``); a trial run
+(`probe_isolation`) checks once that it works here. Each run gets:
 
-- Separate process: the same interpreter in isolated mode (``python -I``), fresh temporary working
-  directory (removed afterwards), scrubbed environment (no variables of the host are passed on).
-- Wall-clock timeout: the child runs in its own session; on timeout the whole process group is killed.
-- PID namespace (``unshare --pid --fork --kill-child``, needs root or user namespaces): when the
-  sandboxed interpreter exits or is killed, the kernel kills every process left in the namespace, so
-  forked children cannot outlive the run even if they call ``setsid``. Without it, only the process
-  group is killed and a child that calls ``setsid`` escapes the kill.
-- Network namespace (``unshare --net``): the child sees no network interface. Always in addition, an
-  audit hook refuses creation of non-Unix sockets from Python code (defence in depth; native code
-  such as ctypes can get past a hook, not past the namespace).
-- Dropped user (``setpriv``, only when the host runs as root): the child runs as ``nobody``, so it
-  cannot write to files or directories owned by root, read root-only files, or signal host
-  processes. It can still write where everyone may (``/tmp``, ``/var/tmp``, ``/dev/shm``).
+- Namespaces: mount, PID, network and IPC namespaces, plus a user namespace when the host user is not root
+  (an unprivileged user may create those on most kernels). The sandbox's PID 1 is a small shell; when the run
+  ends or is killed, the kernel kills every process left in the namespace, so nothing outlives the call. The
+  network namespace has no interface at all (abstract unix sockets are per network namespace too), and
+  System V shared memory and message queues die with the IPC namespace.
+- A private root filesystem: a tmpfs capped at ``scratch_bytes``. The host's system directories (``/usr`` and
+  the library directories), a few files of ``/etc`` and the interpreter's prefixes are bound into it
+  read-only, so sympy imports from the host's installation. The working directory ``/sandbox``, ``/tmp`` and
+  ``/dev/shm`` live on that tmpfs: their total size is capped, and all of it vanishes with the run. Nothing
+  else of the host exists in there: no home directories, no ``/run`` or ``/var`` (no host unix sockets), no
+  other projects. A fresh ``/proc`` shows only the sandbox's own processes.
+- Last, the code runs in a user namespace of its own that may create no further user namespaces, with every
+  capability dropped and no_new_privs set. When the host user is root, the code first becomes ``nobody``:
+  the kernel does not count root's processes against RLIMIT_NPROC, and root would own (and so read) the
+  root-only files inside the exposed directories.
 - Resource limits set in the child before user code runs: address space (RLIMIT_AS), processes
-  (RLIMIT_NPROC; Linux ignores it for root, so it bites only with the dropped user, and it counts
-  all processes of that user, shared by sandboxes running at the same time), CPU seconds, file
-  size (RLIMIT_FSIZE, which also caps captured output), open files, no core dumps.
+  (RLIMIT_NPROC, counted per sandbox), CPU seconds, file size (RLIMIT_FSIZE, which also caps captured
+  output), open files, no core dumps. A wall-clock timeout kills the whole namespace; PID 1 enforces it
+  too (``timeout``), so the sandbox ends even if the host process dies during the call.
+- An audit hook refuses non-Unix sockets from Python code, only to give a clear message; the network
+  namespace is the barrier.
 - Output is truncated to ``max_output_chars`` per stream.
+
+Where the kernel allows no namespaces, `PythonSandbox.run` refuses to run code (`SandboxUnavailable`), unless
+the user opts in to running it unisolated: ``PythonSandbox(allow_unsafe=True)`` or the environment variable
+``TFGRPO_SANDBOX_ALLOW_UNSAFE=1``. It never falls back silently.
 """
 
 from __future__ import annotations
@@ -27,20 +36,22 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from shutil import which
+from typing import BinaryIO
 
 logger = logging.getLogger(__name__)
 
 NOBODY_UID = 65534
 NOBODY_GID = 65534
+UNSAFE_ENV_VAR = "TFGRPO_SANDBOX_ALLOW_UNSAFE"
 
 # Runs inside the child before the user's code: limits first, then the socket hook, then main.py.
 _BOOTSTRAP = r"""
@@ -51,7 +62,8 @@ for name, value in limits.items():
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over-size writes raise OSError instead of killing
 
 def _refuse_network(event, args, _unix=socket.AF_UNIX):
-    if event == "socket.__new__" and len(args) > 1 and args[1] not in (-1, _unix):
+    # family -1 (unspecified) becomes AF_INET inside _socket, so only an explicit AF_UNIX passes
+    if event == "socket.__new__" and len(args) > 1 and args[1] != _unix:
         raise PermissionError("network access is disabled in this sandbox")
 
 sys.addaudithook(_refuse_network)
@@ -61,8 +73,71 @@ import runpy
 runpy.run_path("main.py", run_name="__main__")
 """
 
+# PID 1 of the sandbox: builds the private root filesystem, enters it, then runs the rest of its arguments.
+# Arguments: new-root mount point, tmpfs mount options, the script to run, a last-resort time limit in seconds,
+# the host paths to expose, "--", the command.
+_STAGE = r"""
+set -eu
+umask 022
+root=$1 tmpfs_options=$2 script=$3 limit=$4
+shift 4
+
+expose() {  # show host path $1 at the same place in the new root, read-only; a symlink is copied as a link
+    if [ -L "$1" ]; then
+        cp -P "$1" "$root$1"
+        return
+    fi
+    if [ -d "$1" ]; then mkdir -p "$root$1"; else : > "$root$1"; fi
+    mount --bind -o ro,nosuid,nodev "$1" "$root$1"
+}
+
+mount -t tmpfs -o "$tmpfs_options" sandbox "$root"
+mkdir "$root/etc" "$root/dev"
+while [ "$1" != -- ]; do expose "$1"; shift; done
+shift
+for node in null zero full random urandom; do
+    : > "$root/dev/$node"
+    mount --bind "/dev/$node" "$root/dev/$node"
+done
+ln -s /proc/self/fd "$root/dev/fd"
+mkdir -p "$root/proc" "$root/tmp" "$root/dev/shm" "$root/sandbox"
+chmod 1777 "$root/tmp" "$root/dev/shm" "$root/sandbox"
+cp "$script" "$root/sandbox/main.py"
+mount -t proc -o nosuid,nodev,noexec proc "$root/proc"
+cd "$root"
+pivot_root . .  # the new root becomes /, the host's root is stacked on it ...
+umount -l .     # ... and detached: from here on, no path leads to the host's files
+cd /sandbox
+set +e
+timeout --signal=KILL "$limit" "$@"
+exit $?  # not exec: this shell stays PID 1, and the namespace ends when it does
+"""
+
+# The last step, in a user namespace of its own: forbid nested user namespaces, drop every capability, run.
+_CONFINE = r"""
+set -eu
+echo 0 > /proc/sys/user/max_user_namespaces
+exec setpriv --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set=-all -- "$@"
+"""
+
+# Root's sandbox runs as nobody: RLIMIT_NPROC binds, and root-only files in the exposed directories stay closed.
+_BECOME_NOBODY = ("setpriv", f"--reuid={NOBODY_UID}", f"--regid={NOBODY_GID}", "--clear-groups", "--")
+_TOOLS = ("unshare", "setpriv", "mount", "umount", "pivot_root", "sh", "timeout")
+# Host paths shown read-only in the sandbox, besides the interpreter's prefixes. Nothing here holds secrets.
+_SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC_PATHS = (
+    "/etc/alternatives",
+    "/etc/group",
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/passwd",
+)
+_DEFAULT_SCRATCH_BYTES = 64 << 20
+_MAX_INODES = 8192  # files in the scratch tmpfs; a tiny inode costs kernel memory the size cap does not count
+
 _SAFE_ENV_TEMPLATE = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
     "LANG": "C.UTF-8",
     "LC_ALL": "C.UTF-8",
     # Keep numeric libraries single-threaded: threads count against RLIMIT_NPROC.
@@ -72,14 +147,33 @@ _SAFE_ENV_TEMPLATE = {
 }
 
 
+class SandboxUnavailable(RuntimeError):
+    """Code cannot be isolated on this machine and the user did not opt in to running it unisolated."""
+
+
 @dataclass(frozen=True)
 class Isolation:
-    """Which isolation layers are active on this machine (see the module docstring)."""
+    """What contains the code on this machine (see the module docstring).
 
-    pid_namespace: bool
-    network_namespace: bool
-    dropped_uid: int | None
+    Attributes:
+        namespaces: the namespaced sandbox works here (private root, PID, network, IPC namespaces).
+        dropped_uid: the host uid the code runs as when root makes the namespaces (``nobody``); None when it
+            runs as the host user, who is root of its user namespace there, without any capability.
+        reason: why the namespaced sandbox does not work (empty when it does).
+    """
+
+    namespaces: bool
+    dropped_uid: int | None = None
+    reason: str = ""
     socket_audit_hook: bool = True
+
+    @property
+    def pid_namespace(self) -> bool:
+        return self.namespaces
+
+    @property
+    def network_namespace(self) -> bool:
+        return self.namespaces
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -119,52 +213,24 @@ class SandboxResult:
         return "\n".join(parts)
 
 
-def _runs(command: list[str]) -> bool:
-    try:
-        done = subprocess.run(command, capture_output=True, timeout=30, env=dict(_SAFE_ENV_TEMPLATE))
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
-
-
-@lru_cache(maxsize=1)
-def probe_isolation() -> Isolation:
-    """Find out once which layers work here (e.g. unshare needs privileges that containers may lack)."""
-    probe = [sys.executable, "-I", "-c", "pass"]
-    unshare = shutil.which("unshare")
-    namespaces = bool(unshare) and _runs([unshare, "--net", "--pid", "--fork", "--kill-child", "--", *probe])
-    dropped_uid = None
-    setpriv = shutil.which("setpriv")
-    if os.geteuid() == 0 and setpriv and _runs([*_drop_user_prefix(setpriv), *probe]):
-        dropped_uid = NOBODY_UID
-    isolation = Isolation(pid_namespace=namespaces, network_namespace=namespaces, dropped_uid=dropped_uid)
-    if not namespaces or dropped_uid is None:
-        logger.warning("Python sandbox runs with reduced isolation: %s", isolation)
-    return isolation
-
-
-def _drop_user_prefix(setpriv: str) -> list[str]:
-    return [
-        setpriv,
-        f"--reuid={NOBODY_UID}",
-        f"--regid={NOBODY_GID}",
-        "--clear-groups",
-        "--inh-caps=-all",
-        "--bounding-set=-all",
-        "--",
-    ]
+def _unsafe_from_env() -> bool:
+    return os.environ.get(UNSAFE_ENV_VAR, "").strip().lower() in ("1", "true", "yes")
 
 
 @dataclass(frozen=True)
 class PythonSandbox:
-    """Configuration of the sandbox; each `run` starts a fresh child process.
+    """Configuration of the sandbox; each `run` starts a fresh, contained child process.
 
     Attributes:
         timeout_seconds: wall-clock limit of one run.
         memory_bytes: RLIMIT_AS of the child (virtual memory; the interpreter alone needs ~100 MiB).
-        max_processes: RLIMIT_NPROC of the child (effective only when the user is dropped).
+        max_processes: RLIMIT_NPROC of the child: processes and threads of one run.
         max_file_bytes: RLIMIT_FSIZE: largest file the child may write, captured output included.
         max_output_chars: characters kept of stdout and of stderr each.
+        scratch_bytes: size of the RAM-backed filesystem that holds ``/sandbox``, ``/tmp`` and ``/dev/shm``
+            together; at most ``memory_bytes`` (default: 64 MiB, or ``memory_bytes`` if smaller).
+        allow_unsafe: where namespaces are not available, run code anyway, without isolation (default: refuse;
+            also set by ``TFGRPO_SANDBOX_ALLOW_UNSAFE=1``). Where they are available, they are always used.
     """
 
     timeout_seconds: float = 10.0
@@ -172,44 +238,93 @@ class PythonSandbox:
     max_processes: int = 64
     max_file_bytes: int = 16 << 20
     max_output_chars: int = 4000
+    scratch_bytes: int | None = None
+    allow_unsafe: bool = field(default_factory=_unsafe_from_env)
 
     def __post_init__(self) -> None:
         if not self.timeout_seconds > 0:
             raise ValueError(f"timeout_seconds must be > 0, got {self.timeout_seconds!r}")
-        for name in ("memory_bytes", "max_processes", "max_file_bytes", "max_output_chars"):
+        if self.scratch_bytes is None and isinstance(self.memory_bytes, int):
+            object.__setattr__(self, "scratch_bytes", min(_DEFAULT_SCRATCH_BYTES, self.memory_bytes))
+        for name in ("memory_bytes", "max_processes", "max_file_bytes", "max_output_chars", "scratch_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.scratch_bytes > self.memory_bytes:
+            raise ValueError(f"scratch_bytes ({self.scratch_bytes}) must not exceed memory_bytes ({self.memory_bytes})")
 
     @property
     def isolation(self) -> Isolation:
         return probe_isolation()
 
     def run(self, code: str) -> SandboxResult:
-        """Run ``code`` as a script and return its (truncated) output. Never raises for user errors."""
+        """Run ``code`` as a script and return its (truncated) output. Never raises for user errors.
+
+        Raises:
+            SandboxUnavailable: the code cannot be isolated here and ``allow_unsafe`` is off.
+        """
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, got {type(code).__name__}")
         isolation = self.isolation
-        with tempfile.TemporaryDirectory(prefix="tfgrpo-sandbox-") as private:
-            # private/ (root only) holds the output files; private/work/ is the child's directory.
-            workdir = Path(private) / "work"
-            workdir.mkdir()
-            (workdir / "main.py").write_text(code, encoding="utf-8")
-            if isolation.dropped_uid is not None:
-                os.chmod(private, 0o711)  # nobody may pass through, not list or write
-                for path in (workdir, workdir / "main.py"):
-                    os.chown(path, isolation.dropped_uid, NOBODY_GID)
-            stdout_path, stderr_path = Path(private) / "stdout", Path(private) / "stderr"
-            with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr:
-                exit_code, timed_out, duration = self._execute(isolation, workdir, stdout, stderr)
-            out, out_cut = _read_truncated(stdout_path, self.max_output_chars)
-            err, err_cut = _read_truncated(stderr_path, self.max_output_chars)
-        return SandboxResult(out, err, exit_code, timed_out, duration, truncated=out_cut or err_cut)
+        if not isolation.namespaces:
+            if not self.allow_unsafe:
+                raise SandboxUnavailable(
+                    f"cannot isolate Python code on this machine ({isolation.reason}); allow user namespaces, "
+                    f"or opt in to running it unisolated: PythonSandbox(allow_unsafe=True) or {UNSAFE_ENV_VAR}=1"
+                )
+            logger.warning("Running agent code WITHOUT isolation (allow_unsafe): %s", isolation.reason)
+        return self._run(code, isolation)
 
     def __call__(self, code: str) -> str:
         return self.run(code).for_agent()
 
-    def _command(self, isolation: Isolation) -> list[str]:
+    def _run(self, code: str, isolation: Isolation) -> SandboxResult:
+        with tempfile.TemporaryDirectory(prefix="tfgrpo-sandbox-") as private:
+            # private/ (host user only) holds the script and the output files, which the child writes through
+            # inherited descriptors; nothing in it is visible from inside the sandbox.
+            workspace = Path(private)
+            (workspace / "main.py").write_text(code, encoding="utf-8")
+            contained = isolation.namespaces
+            if contained:
+                command, cwd, env = self._contained_launch(workspace, as_nobody=isolation.dropped_uid is not None)
+            else:
+                command, cwd, env = self._unsafe_launch(workspace)
+            stdout_path, stderr_path = workspace / "stdout", workspace / "stderr"
+            with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr:
+                exit_code, timed_out, duration = self._execute(command, cwd, env, stdout, stderr, contained)
+            out, out_cut = _read_truncated(stdout_path, self.max_output_chars)
+            err, err_cut = _read_truncated(stderr_path, self.max_output_chars)
+        return SandboxResult(out, err, exit_code, timed_out, duration, truncated=out_cut or err_cut)
+
+    def _contained_launch(self, workspace: Path, as_nobody: bool) -> tuple[list[str], Path, dict[str, str]]:
+        """unshare -> PID 1 stage (private root) -> [become nobody] -> own user namespace, no capabilities -> python.
+
+        ``as_nobody`` (root only): make the namespaces with root's own privileges, run the code as nobody.
+        Otherwise, a user namespace in which the host user is root makes the others.
+        """
+        (workspace / "root").mkdir()  # mount point of the sandbox's root, inside its mount namespace only
+        namespaces = ["--net", "--pid", "--ipc", "--mount", "--fork", "--kill-child"]
+        if not as_nobody:
+            namespaces = ["--user", "--map-root-user", *namespaces]
+        tmpfs_options = f"size={self.scratch_bytes},nr_inodes={_MAX_INODES},mode=755,nosuid,nodev"
+        last_resort = str(int(self.timeout_seconds) + 5)  # the host kills it first, unless the host has died
+        stage_args = [str(workspace / "root"), tmpfs_options, str(workspace / "main.py"), last_resort]
+        confine = ["unshare", "--user", "--map-root-user", "--", "sh", "-c", _CONFINE, "confine"]
+        command = [
+            "unshare", *namespaces, "--",
+            "sh", "-c", _STAGE, "stage", *stage_args, *_exposed_paths(), "--",
+            *(_BECOME_NOBODY if as_nobody else ()), *confine, *self._python_command(),
+        ]  # fmt: skip
+        return command, workspace, {**_SAFE_ENV_TEMPLATE, "HOME": "/sandbox", "TMPDIR": "/tmp"}
+
+    def _unsafe_launch(self, workspace: Path) -> tuple[list[str], Path, dict[str, str]]:
+        """No isolation at all: only the resource limits, the time limit and a scratch working directory."""
+        workdir = workspace / "work"
+        workdir.mkdir()
+        (workspace / "main.py").rename(workdir / "main.py")
+        return self._python_command(), workdir, {**_SAFE_ENV_TEMPLATE, "HOME": str(workdir), "TMPDIR": str(workdir)}
+
+    def _python_command(self) -> list[str]:
         limits = {
             "RLIMIT_AS": self.memory_bytes,
             "RLIMIT_NPROC": self.max_processes,
@@ -218,36 +333,71 @@ class PythonSandbox:
             "RLIMIT_NOFILE": 256,
             "RLIMIT_CORE": 0,
         }
-        command = [sys.executable, "-I", "-c", _BOOTSTRAP, json.dumps(limits)]
-        if isolation.dropped_uid is not None:
-            command = [*_drop_user_prefix(shutil.which("setpriv") or "setpriv"), *command]
-        if isolation.pid_namespace:
-            unshare = shutil.which("unshare") or "unshare"
-            command = [unshare, "--net", "--pid", "--fork", "--kill-child", "--", *command]
-        return command
+        return [sys.executable, "-I", "-c", _BOOTSTRAP, json.dumps(limits)]
 
-    def _execute(self, isolation: Isolation, workdir: Path, stdout, stderr) -> tuple[int | None, bool, float]:
-        env = {**_SAFE_ENV_TEMPLATE, "HOME": str(workdir), "TMPDIR": str(workdir)}
+    def _execute(
+        self, command: list[str], cwd: Path, env: dict[str, str], stdout: BinaryIO, stderr: BinaryIO, contained: bool
+    ) -> tuple[int | None, bool, float]:
         started = time.monotonic()
         process = subprocess.Popen(
-            self._command(isolation),
-            cwd=workdir,
+            command,
+            cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             stderr=stderr,
-            start_new_session=True,  # its own process group, so one killpg reaches its children
+            start_new_session=True,  # its own process group, so one killpg reaches its children (unsafe mode)
         )
         try:
             exit_code: int | None = process.wait(timeout=self.timeout_seconds)
             timed_out = False
         except subprocess.TimeoutExpired:
             exit_code, timed_out = None, True
+            if contained:
+                _kill_namespace(process)
         finally:
-            # Also after a normal exit: background children must not outlive the run.
+            # Unsafe mode: background children must not outlive the run (contained ones died with the namespace).
             _kill_group(process.pid)
             process.wait()
         return exit_code, timed_out, time.monotonic() - started
+
+
+def _exposed_paths() -> list[str]:
+    """Host paths bound read-only into the sandbox: system directories, a few /etc files, the interpreter."""
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    prefixes |= {os.path.realpath(prefix) for prefix in prefixes}
+    exposed: list[str] = []
+    for path in [*_SYSTEM_PATHS, *_ETC_PATHS, *sorted(prefixes)]:
+        inside_exposed = any(path.startswith(parent.rstrip("/") + "/") for parent in exposed)
+        if os.path.lexists(path) and path not in exposed and not inside_exposed:
+            exposed.append(path)
+    return exposed
+
+
+def _kill_namespace(unshare: subprocess.Popen) -> None:
+    """Kill the run, the child of the sandbox's PID 1 (the stage shell).
+
+    The shell then exits, and as PID 1 it takes every process left in the namespace with it; unshare exits once
+    all of them are gone, so nothing outlives the call. (Killing PID 1 itself would work too, but makes unshare
+    2.38 print a spurious "sigprocmask unblock failed" into the agent's stderr.)
+    """
+    init = _children(unshare.pid)
+    for pid in [child for parent in init for child in _children(parent)] or init:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        unshare.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        logger.warning("sandbox namespace did not end within 5 s of its kill")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
 
 
 def _kill_group(pgid: int) -> None:
@@ -255,6 +405,45 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+@lru_cache(maxsize=1)
+def probe_isolation() -> Isolation:
+    """Find out once how the namespaced sandbox works here, by trial runs (kernels and containers differ).
+
+    Root tries running the code as nobody first; a "root" that is itself inside a user namespace may lack
+    that uid, and then tries the unprivileged way.
+    """
+    missing = [tool for tool in _TOOLS if which(tool, path=_SAFE_ENV_TEMPLATE["PATH"]) is None]
+    if missing:
+        return _unavailable(f"missing tools: {', '.join(missing)} (util-linux, coreutils)")
+    candidates = [Isolation(namespaces=True, dropped_uid=None)]
+    if os.geteuid() == 0:
+        candidates.insert(0, Isolation(namespaces=True, dropped_uid=NOBODY_UID))
+    failures = []
+    for candidate in candidates:
+        failure = _trial_failure(candidate)
+        if failure is None:
+            return candidate
+        failures.append(failure)
+    return _unavailable("; ".join(dict.fromkeys(failures)))
+
+
+def _trial_failure(isolation: Isolation) -> str | None:
+    """Why a trial run under ``isolation`` fails (None: it works)."""
+    try:
+        trial = PythonSandbox(timeout_seconds=30)._run("print('contained')", isolation)
+    except OSError as err:
+        return f"cannot start unshare: {err}"
+    if trial.stdout.strip() == "contained":
+        return None
+    lines = trial.stderr.strip().splitlines()
+    return lines[-1] if lines else f"trial run failed with exit code {trial.exit_code}"
+
+
+def _unavailable(reason: str) -> Isolation:
+    logger.warning("Python sandbox cannot isolate code here: %s", reason)
+    return Isolation(namespaces=False, reason=reason)
 
 
 def _read_truncated(path: Path, max_chars: int) -> tuple[str, bool]:

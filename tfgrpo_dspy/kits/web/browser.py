@@ -10,10 +10,9 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from urllib.parse import urljoin
 
 from tfgrpo_dspy.kits.web.fetch import FetchError, FetchPolicy, Resolver, SafeFetcher
-from tfgrpo_dspy.kits.web.page import Link, Page, render_page
+from tfgrpo_dspy.kits.web.page import Link, Page, join_url, render_page
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +98,9 @@ class Browser:
             except FetchError as err:
                 logger.info("visit %s failed: %s", url, err)
                 return f"Cannot open {url}: {err}"
+            except Exception as err:  # whatever a hostile page triggers must reach the agent as text
+                logger.warning("visit %s failed unexpectedly", url, exc_info=True)
+                return f"Cannot open {url}: the page could not be read ({type(err).__name__})."
             self._pages[url] = self._pages[page.url] = page
         self._history.append(page)
         self.visited.append(page.url)
@@ -124,7 +126,7 @@ class Browser:
         if "://" in link:
             return link
         if link.startswith("/"):
-            return urljoin(page.url if page else self.root_url, link)
+            return join_url(page.url if page else self.root_url, link)
         wanted = link.casefold()
         by_text = [x for x in links if x.text.casefold() == wanted]
         if not by_text:

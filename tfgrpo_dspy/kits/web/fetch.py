@@ -2,10 +2,15 @@
 
 Every URL (the first and each redirect target) is checked before any byte is sent:
 http/https only, a host inside the site, a permitted port, and every address the host
-name resolves to must be public (or explicitly allowed). The connection then goes to
-the checked address itself, with the original name in the Host header and TLS SNI, so a
-second DNS answer (DNS rebinding) cannot redirect it. Bodies are streamed and cut at a
-byte budget; the whole fetch, redirects included, has one deadline.
+name resolves to must be public (or explicitly allowed). An IPv6 address that carries an
+IPv4 address (mapped, compatible, NAT64, 6to4, Teredo) is judged by the IPv4 address it
+leads to. The connection then goes to the checked address itself, with the original name
+in the Host header and TLS SNI, so a second DNS answer (DNS rebinding) cannot redirect it.
+
+Bodies are streamed and cut at a byte budget, counted both on the wire and after
+decompression (decoded here, chunk by chunk, so a small compressed bomb never expands in
+memory; stacked content encodings are refused). The whole fetch, redirects included, has
+one deadline. Every failure is a `FetchError`.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import ipaddress
 import logging
 import socket
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -24,6 +30,13 @@ logger = logging.getLogger(__name__)
 REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
 ALLOWED_CONTENT_TYPES = frozenset({"text/html", "application/xhtml+xml", "text/plain"})
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# Content encodings decoded here, with their zlib window bits (deflate: a zlib stream; +32 also accepts gzip).
+DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": 32 + zlib.MAX_WBITS}
+ACCEPT_ENCODING = "gzip, deflate"
+# Not public, whatever this Python's `ipaddress` says (its tables changed between versions): the IETF protocol
+# assignments block (192.0.0.8 and its neighbours), deprecated site-local IPv6, local-use NAT64 (RFC 8215).
+NOT_PUBLIC_NETWORKS = tuple(ipaddress.ip_network(net) for net in ("192.0.0.0/24", "fec0::/10", "64:ff9b:1::/48"))
+NAT64_NETWORK = ipaddress.ip_network("64:ff9b::/96")
 
 Resolver = Callable[[str, int], list[str]]
 
@@ -89,7 +102,7 @@ def resolve_host(host: str, port: int) -> list[str]:
     """All addresses ``host`` resolves to (the system resolver)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as err:
+    except (socket.gaierror, UnicodeError) as err:  # UnicodeError: a name IDNA cannot encode
         raise FetchError(f"cannot resolve host {host!r}: {err}") from err
     return list(dict.fromkeys(info[4][0] for info in infos))
 
@@ -99,6 +112,27 @@ def _normalize_ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         return ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
     return ip
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address leads to (IPv4-mapped ones are unwrapped earlier, by `_normalize_ip`)."""
+    value = int(ip)
+    if ip.sixtofour is not None:  # 2002:aabb:ccdd::/48
+        return [ip.sixtofour]
+    if ip.teredo is not None:  # 2001::/32: (server, client)
+        return list(ip.teredo)
+    compatible = value >> 32 == 0 and value > 1  # ::a.b.c.d (deprecated), but not :: or ::1
+    translated = value >> 32 == 0xFFFF0000  # ::ffff:0:a.b.c.d (SIIT)
+    if compatible or translated or ip in NAT64_NETWORK:  # NAT64: 64:ff9b::a.b.c.d
+        return [ipaddress.IPv4Address(value & 0xFFFFFFFF)]
+    return []
+
+
+def _is_public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    if any(ip.version == net.version and ip in net for net in NOT_PUBLIC_NETWORKS):
+        return False
+    special = ip.is_private or ip.is_reserved or ip.is_loopback or ip.is_link_local or ip.is_multicast
+    return ip.is_global and not special and not ip.is_unspecified
 
 
 def _site_key(host: str) -> str:
@@ -112,7 +146,10 @@ class SafeFetcher:
     def __init__(self, site_url: str, policy: FetchPolicy | None = None, resolver: Resolver | None = None):
         self.policy = policy or FetchPolicy()
         self._resolve = resolver or resolve_host
-        site = httpx.URL(site_url)
+        try:
+            site = httpx.URL(site_url)
+        except httpx.InvalidURL as err:
+            raise ValueError(f"site_url is not a valid URL: {site_url!r}") from err
         if site.scheme not in DEFAULT_PORTS or not site.host:
             raise ValueError(f"site_url must be an absolute http(s) URL, got {site_url!r}")
         self.site_host = site.host.lower()
@@ -191,9 +228,12 @@ class SafeFetcher:
             raise FetchRefused(f"host {host!r} resolved to an invalid address {address!r}") from err
         if str(ip) in self.policy.allowed_addresses:
             return
-        if not ip.is_global or ip.is_multicast:
+        embedded = _embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else []
+        # An IPv6 address that carries IPv4 is judged by where it leads (its prefix alone says nothing).
+        if not all(map(_is_public, embedded or [ip])):
+            carrying = f" (carrying {', '.join(map(str, embedded))})" if embedded else ""
             raise FetchRefused(
-                f"host {host!r} resolves to {ip}, a private, loopback, link-local or reserved address"
+                f"host {host!r} resolves to {ip}{carrying}, a private, loopback, link-local or reserved address"
             )
 
     def fetch(self, url: str) -> FetchedPage:
@@ -210,7 +250,7 @@ class SafeFetcher:
             outcome = self._get_once(parsed, address, deadline)
             if isinstance(outcome, FetchedPage):
                 return outcome
-            current = str(parsed.join(outcome))  # a redirect: check and follow its Location
+            current = _redirect_target(parsed, outcome)  # check and follow its Location
             logger.debug("redirect %s -> %s", parsed, current)
         raise FetchError(f"more than {self.policy.max_redirects} redirects starting at {url!r}")
 
@@ -219,7 +259,12 @@ class SafeFetcher:
         pinned = url.copy_with(host=address)  # connect to the address we checked, not a new DNS answer
         default_port = DEFAULT_PORTS[url.scheme]
         host_header = url.host if (url.port or default_port) == default_port else f"{url.host}:{url.port}"
-        headers = {"Host": host_header, "User-Agent": self.policy.user_agent, "Accept": "text/html"}
+        headers = {
+            "Host": host_header,
+            "User-Agent": self.policy.user_agent,
+            "Accept": "text/html",
+            "Accept-Encoding": ACCEPT_ENCODING,  # only what `_BoundedDecoder` decodes
+        }
         extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -231,7 +276,7 @@ class SafeFetcher:
             response = self.client.send(request, stream=True)
         except httpx.TimeoutException as err:
             raise FetchError(f"timed out after {self.policy.timeout_s:g}s fetching {url}") from err
-        except httpx.HTTPError as err:
+        except (httpx.HTTPError, httpx.InvalidURL) as err:
             raise FetchError(f"could not fetch {url}: {type(err).__name__}: {err}") from err
         try:
             if response.status_code in REDIRECT_CODES:
@@ -244,25 +289,79 @@ class SafeFetcher:
             content_type, charset = _parse_content_type(response.headers.get("content-type", ""))
             if content_type not in ALLOWED_CONTENT_TYPES:
                 raise FetchError(f"unsupported content type {content_type or 'unknown'!r} at {url}")
-            body, truncated = self._read_bounded(response.iter_bytes(), url, deadline)
+            decoder = _BoundedDecoder(response.headers.get("content-encoding", ""), self.policy.max_bytes)
+            body, truncated = self._read_bounded(response.iter_raw(), decoder, url, deadline)
         except httpx.TimeoutException as err:
             raise FetchError(f"timed out after {self.policy.timeout_s:g}s fetching {url}") from err
-        except httpx.HTTPError as err:
+        except (httpx.HTTPError, httpx.StreamError) as err:
             raise FetchError(f"could not read {url}: {type(err).__name__}: {err}") from err
         finally:
             response.close()
         return FetchedPage(str(url), response.status_code, content_type, charset, body, truncated)
 
-    def _read_bounded(self, chunks: Iterable[bytes], url: httpx.URL, deadline: float) -> tuple[bytes, bool]:
-        buffer = bytearray()
+    def _read_bounded(
+        self, chunks: Iterable[bytes], decoder: _BoundedDecoder, url: httpx.URL, deadline: float
+    ) -> tuple[bytes, bool]:
+        """Read raw (still encoded) chunks until the body ends, or either budget (wire, decoded) is spent."""
+        received = 0
         for chunk in chunks:
-            buffer.extend(chunk)
-            if len(buffer) > self.policy.max_bytes:
+            received += len(chunk)
+            decoder.feed(chunk)
+            if decoder.full or received > self.policy.max_bytes:
                 logger.info("page %s exceeds %d bytes; truncated", url, self.policy.max_bytes)
-                return bytes(buffer[: self.policy.max_bytes]), True
+                return decoder.body(), True
             if time.monotonic() > deadline:  # a slow drip never trips the per-read timeout
                 raise FetchError(f"timed out after {self.policy.timeout_s:g}s reading {url}")
-        return bytes(buffer), False
+        return decoder.finish(), False
+
+
+class _BoundedDecoder:
+    """Decodes a body's content encoding as it streams in, never producing more than ``limit`` bytes.
+
+    httpx would decompress each network chunk whole: a few hundred bytes of stacked gzip become gigabytes in
+    one call. Here zlib may only produce what is left of the budget, so memory stays bounded by ``limit``.
+    """
+
+    def __init__(self, content_encoding: str, limit: int):
+        codings = [c.strip().lower() for c in content_encoding.split(",")]
+        codings = [c for c in codings if c not in ("", "identity")]
+        if len(codings) > 1:
+            raise FetchError(f"stacked content encodings are refused (a decompression bomb?): {content_encoding!r}")
+        if codings and codings[0] not in DECODERS:
+            raise FetchError(f"unsupported content encoding {codings[0]!r}")
+        self._zlib = zlib.decompressobj(DECODERS[codings[0]]) if codings else None
+        self._limit = limit
+        self._body = bytearray()
+        self.full = False  # the budget is spent and more would have followed
+
+    def feed(self, chunk: bytes) -> None:
+        room = self._limit - len(self._body)
+        if self._zlib is None:
+            decoded = chunk[: room + 1]
+        else:
+            try:
+                decoded = self._zlib.decompress(chunk, room + 1)  # asking one byte more tells "full" apart
+            except zlib.error as err:
+                raise FetchError(f"the compressed body is corrupt: {err}") from err
+        self.full = len(decoded) > room
+        self._body += decoded[:room]
+
+    def body(self) -> bytes:
+        return bytes(self._body)
+
+    def finish(self) -> bytes:
+        """The whole body once the input has ended; zlib may still hold a last piece (cut like the rest)."""
+        if self._zlib is not None:
+            room = self._limit - len(self._body)
+            self._body += self._zlib.flush()[:room]
+        return self.body()
+
+
+def _redirect_target(base: httpx.URL, location: str) -> str:
+    try:
+        return str(base.join(location))
+    except httpx.InvalidURL as err:
+        raise FetchError(f"redirect from {base} to an invalid URL {location!r}") from err
 
 
 def _parse_content_type(header: str) -> tuple[str, str | None]:

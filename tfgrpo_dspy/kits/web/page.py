@@ -3,6 +3,9 @@
 No JavaScript runs: scripts, styles and other non-content elements are dropped, the
 rest is converted with markdownify. Anchors become plain text in the body (their
 targets go to the link list instead, so long URLs do not eat the text budget).
+Hostile pages still render: an unknown charset falls back to detection (UTF-8 for
+plain text), malformed link targets are skipped, and a tree nested too deeply for
+markdownify's recursion is shown as plain text.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urldefrag, urljoin, urlsplit
 
-from bs4 import BeautifulSoup
+from bs4 import BeautifulSoup, Tag
 from markdownify import markdownify
 
 from tfgrpo_dspy.kits.web.fetch import FetchedPage
@@ -59,26 +62,54 @@ class Page:
 
 def render_page(fetched: FetchedPage) -> Page:
     """Parse a fetched HTML or plain-text body into a `Page`."""
+    charset = _known_charset(fetched.charset)
     if fetched.content_type == "text/plain":
-        text = fetched.body.decode(fetched.charset or "utf-8", errors="replace")
+        text = fetched.body.decode(charset or "utf-8", errors="replace")
         return Page(fetched.url, "", text.strip(), (), fetched.truncated)
-    soup = BeautifulSoup(fetched.body, "html.parser", from_encoding=fetched.charset)
+    soup = BeautifulSoup(fetched.body, "html.parser", from_encoding=charset)
     for tag in soup(NON_CONTENT_TAGS):
         tag.decompose()
     title = soup.title.get_text(" ", strip=True) if soup.title else ""
     base_tag = soup.find("base", href=True)
-    base_url = urljoin(fetched.url, base_tag["href"]) if base_tag else fetched.url
+    base_url = (join_url(fetched.url, base_tag["href"]) if base_tag else None) or fetched.url
     links = _extract_links(soup, base_url)
-    content = soup.body or soup
-    markdown = markdownify(str(content), heading_style="ATX", strip=["a", "img"])
-    markdown = _BLANK_LINES.sub("\n\n", markdown).strip()
+    markdown = _BLANK_LINES.sub("\n\n", _to_markdown(soup.body or soup)).strip()
     return Page(fetched.url, title, markdown, links, fetched.truncated)
+
+
+def _known_charset(charset: str | None) -> str | None:
+    """``charset`` if Python decodes text with it, else None: a page may declare anything."""
+    if not charset:
+        return None
+    try:
+        b"?".decode(charset, errors="replace")  # empty input would skip the codec lookup
+    except (LookupError, ValueError):
+        return None
+    return charset
+
+
+def _to_markdown(content: Tag) -> str:
+    try:
+        return markdownify(str(content), heading_style="ATX", strip=["a", "img"])
+    except RecursionError:  # markdownify recurses once per nesting level; thousands of nested tags exceed it
+        return content.get_text("\n", strip=True)
+
+
+def join_url(base_url: str, href: str) -> str | None:
+    """``href`` resolved against ``base_url``; None when it is malformed (e.g. an unclosed IPv6 bracket)."""
+    try:
+        return urljoin(base_url, href.strip())
+    except ValueError:
+        return None
 
 
 def _extract_links(soup: BeautifulSoup, base_url: str) -> tuple[Link, ...]:
     seen: dict[str, Link] = {}
     for anchor in soup.find_all("a", href=True):
-        url, _fragment = urldefrag(urljoin(base_url, anchor["href"].strip()))
+        joined = join_url(base_url, anchor["href"])
+        if joined is None:
+            continue
+        url, _fragment = urldefrag(joined)
         if urlsplit(url).scheme not in ("http", "https") or url in seen:
             continue
         text = anchor.get_text(" ", strip=True) or anchor.get("title", "").strip() or url
