@@ -1,0 +1,67 @@
+"""The "tickets" task: synthetic support tickets, a Predict program routing them, queue match."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import dspy
+
+from tfgrpo_dspy.kits.tickets.generator import QUEUES, Split, generate_tickets
+from tfgrpo_dspy.kits.tickets.metric import queue_match
+from tfgrpo_dspy.tasks import Task, TaskData
+
+DEFAULT_TRAIN_N = 24  # every house rule two or three times (10 rules taken in turn)
+DEFAULT_EVAL_N = 100  # every house rule ten times
+# Groups of 4 fill the 4 parallel sequences of the embedded model; one epoch = one library update. The
+# reference is the queue only: the rule that decided it is the answer key, not something feedback reveals.
+TRAIN_DEFAULTS = {"group_size": 4, "epochs": 1, "temperature": 0.7, "num_threads": 4,
+                  "reference_fields": ("queue",)}
+# Greedy evaluation: routing has one right answer, and greedy makes with/without-library runs comparable.
+EVAL_DEFAULTS = {"k": 1, "temperature": 0.0}
+
+
+class RouteTicket(dspy.Signature):
+    __doc__ = (
+        "Route the customer support ticket to exactly one of these queues: "
+        + ", ".join(QUEUES)
+        + ". The first line of the ticket gives the customer's plan and region. "
+        "Answer with the queue name only, spelled exactly as listed."
+    )
+
+    ticket: str = dspy.InputField(desc="the support ticket: a 'Plan: ... | Region: ...' line, the message, a sign-off")
+    queue: str = dspy.OutputField(desc="one queue name from the list, nothing else")
+
+
+def make_program() -> dspy.Module:
+    """A fresh Predict program: ticket -> queue.
+
+    Predict, not ChainOfThought: the queue is a lookup of house rules the model cannot derive
+    by reasoning; what it lacks is the rules, which the library supplies. An answer of a few
+    tokens instead of ~200 tokens of reasoning makes each rollout many times cheaper for the
+    1.5B model on CPU, and keeps the with/without-library comparison about the lessons.
+    """
+    return dspy.Predict(RouteTicket)
+
+
+def load_split(split: Split, default_n: int, data: TaskData) -> list[dspy.Example]:
+    """Generated tickets of one split; ``data.n`` (default ``default_n``) and ``data.seed`` apply."""
+    if data.source is not None:
+        raise ValueError(f"tickets generates its tickets; source must be None, got {data.source!r}")
+    return generate_tickets(default_n if data.n is None else data.n, data.seed_or(0), split=split)
+
+
+TICKETS = Task(
+    name="tickets",
+    description="Synthetic support tickets routed to queues by a made-up company's house rules.",
+    load_trainset=partial(load_split, "train", DEFAULT_TRAIN_N),
+    load_evalset=partial(load_split, "heldout", DEFAULT_EVAL_N),
+    make_program=make_program,
+    make_metric=lambda judge_lm=None: queue_match,
+    answer_field="queue",
+    train_defaults=TRAIN_DEFAULTS,
+    eval_defaults=EVAL_DEFAULTS,
+    default_train_n=DEFAULT_TRAIN_N,
+    default_eval_n=DEFAULT_EVAL_N,
+)
+
+TICKET_TASKS: dict[str, Task] = {TICKETS.name: TICKETS}
