@@ -77,7 +77,9 @@ def test_save_load_round_trip_is_readable_json(tmp_path):
     lib.apply([{"op": "add", "text": "When c, do d.", "reason": "because"}], step=1)
     path = lib.save(tmp_path / "lib.json")
     data = json.loads(path.read_text())
-    assert data["experiences"][1] == {"id": 2, "text": "When c, do d.", "added_step": 1, "updated_step": 1}
+    assert data["version"] == 2
+    assert data["experiences"][1] == {"id": 2, "text": "When c, do d.", "added_step": 1, "updated_step": 1,
+                                      "uses": 0, "helpful": 0, "harmful": 0}
     loaded = ExperienceLibrary.load(path)
     assert loaded.render() == lib.render()
     assert loaded.max_words == 10 and loaded.audit_log == lib.audit_log

@@ -3,44 +3,34 @@
 Everything the method promises about the library is enforced here, in code, not in a prompt:
 ids are never renumbered, texts are capped at ``max_words``, the library at ``max_experiences``,
 exact duplicates are not added, unknown ids are refused, and every applied or refused edit lands in
-an audit log with its step and reason.
+an audit log with its step and reason. Each lesson also carries its provenance (the step and the
+training examples it came from) and ACE-style counters (uses, helpful, harmful) that the optimizer
+fills from rollouts; they are shown to the update step and to people, never to the policy.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
-import re
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from tfgrpo_dspy.edits import APPLY_ORDER, OP_KINDS, ApplyReport, AuditEntry, EditOp, parse_experience_id
+from tfgrpo_dspy.jsonio import read_json, write_json_atomic
 
 logger = logging.getLogger(__name__)
 
 FORMAT_NAME = "tfgrpo-experience-library"
-FORMAT_VERSION = 1
-OP_KINDS = ("add", "modify", "delete", "merge", "keep")
-# Removals first, so a batch that deletes two lessons and adds two fits under a full cap.
-_APPLY_ORDER = {"delete": 0, "merge": 1, "modify": 2, "add": 3, "keep": 4}
-_ID_PATTERN = re.compile(r"^\s*\[?\s*[Ee]?\s*(\d+)\s*\]?\s*$")
+FORMAT_VERSION = 2  # 2 added per-lesson counters and sources; version 1 files still load
+READABLE_VERSIONS = (1, 2)
+MAX_TEXT_CHARS = 2000  # a lesson is a sentence; anything longer in a file is not one
 
 
-def parse_experience_id(value: Any) -> int:
-    """Accept 3, "3", "E3" or "[E3]" and return 3."""
-    if isinstance(value, bool):
-        raise ValueError(f"not an experience id: {value!r}")
-    if isinstance(value, int):
-        return value
-    match = _ID_PATTERN.match(str(value))
-    if not match:
-        raise ValueError(f"not an experience id: {value!r} (expected a number such as 3 or 'E3')")
-    return int(match.group(1))
+class LibraryFileError(ValueError):
+    """A library file or dict that is not a valid library; the message names the file and the field."""
 
 
 def normalize_text(text: str) -> str:
@@ -52,101 +42,37 @@ def word_count(text: str) -> int:
     return len(text.split())
 
 
-class EditOp(BaseModel):
-    """One proposed edit of the library, as the reflection LM writes it."""
-
-    op: Literal["add", "modify", "delete", "merge", "keep"] = Field(
-        description="add a new lesson, modify one, delete one, merge several into one, or keep the library as is"
-    )
-    id: int | None = Field(default=None, description="the experience id for modify/delete, e.g. 3 for [E3]")
-    ids: list[int] | None = Field(default=None, description="the experience ids merged into one, for merge")
-    text: str | None = Field(default=None, description="the lesson text for add/modify/merge")
-    reason: str | None = Field(default=None, description="why this edit helps, briefly")
-
-    @field_validator("op", mode="before")
-    @classmethod
-    def _lower_op(cls, value: Any) -> Any:
-        return value.strip().lower() if isinstance(value, str) else value
-
-    @field_validator("id", mode="before")
-    @classmethod
-    def _parse_id(cls, value: Any) -> int | None:
-        return None if value in (None, "") else parse_experience_id(value)
-
-    @field_validator("ids", mode="before")
-    @classmethod
-    def _parse_ids(cls, value: Any) -> list[int] | None:
-        if value in (None, ""):
-            return None
-        if isinstance(value, (str, int)):
-            value = [value]
-        return [parse_experience_id(v) for v in value]
-
-    @classmethod
-    def coerce(cls, op: EditOp | dict[str, Any]) -> EditOp:
-        if isinstance(op, EditOp):
-            return op
-        if isinstance(op, dict):
-            return cls.model_validate(op)
-        if isinstance(op, BaseModel):
-            return cls.model_validate(op.model_dump())
-        raise TypeError(f"an edit operation must be an EditOp or a dict, got {type(op).__name__}")
-
-
 @dataclass(frozen=True)
 class Experience:
-    """One lesson. ``id`` is assigned once and never reused or renumbered."""
+    """One lesson. ``id`` is assigned once and never reused or renumbered.
+
+    ``sources`` are the training example indices whose groups proposed it; ``uses`` counts the
+    rollouts that applied it, ``helpful`` / ``harmful`` those of them that scored above / below
+    their group's mean.
+    """
 
     id: int
     text: str
     added_step: int | None = None
     updated_step: int | None = None
+    sources: tuple[int, ...] = ()
+    uses: int = 0
+    helpful: int = 0
+    harmful: int = 0
 
     @property
     def label(self) -> str:
         return f"E{self.id}"
 
-
-@dataclass(frozen=True)
-class AuditEntry:
-    """What happened to one edit operation."""
-
-    step: int | None
-    op: str
-    status: Literal["applied", "refused"]
-    detail: str
-    id: int | None = None
-    ids: tuple[int, ...] | None = None
-    text: str | None = None
-    reason: str | None = None
-    result_id: int | None = None
+    @property
+    def record(self) -> str:
+        """The counters as the update step reads them."""
+        return f"used {self.uses}x, helpful {self.helpful}, harmful {self.harmful}"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["ids"] = list(self.ids) if self.ids is not None else None
-        return {key: value for key, value in data.items() if value is not None or key == "step"}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AuditEntry:
-        data = dict(data)
-        if data.get("ids") is not None:
-            data["ids"] = tuple(data["ids"])
-        return cls(**data)
-
-
-@dataclass(frozen=True)
-class ApplyReport:
-    """The audit entries of one `ExperienceLibrary.apply` call."""
-
-    entries: tuple[AuditEntry, ...] = ()
-
-    @property
-    def applied(self) -> list[AuditEntry]:
-        return [e for e in self.entries if e.status == "applied"]
-
-    @property
-    def refused(self) -> list[AuditEntry]:
-        return [e for e in self.entries if e.status == "refused"]
+        data["sources"] = list(self.sources)
+        return {key: value for key, value in data.items() if value not in (None, [])}
 
 
 @dataclass(frozen=True)
@@ -174,9 +100,9 @@ class LibraryDiff:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "added": [asdict(e) for e in self.added],
-            "removed": [asdict(e) for e in self.removed],
-            "modified": [{"old": asdict(o), "new": asdict(n)} for o, n in self.modified],
+            "added": [e.to_dict() for e in self.added],
+            "removed": [e.to_dict() for e in self.removed],
+            "modified": [{"old": o.to_dict(), "new": n.to_dict()} for o, n in self.modified],
             "unchanged": self.unchanged,
         }
 
@@ -198,12 +124,10 @@ class ExperienceLibrary:
     next_id: int = 1
 
     def __post_init__(self) -> None:
-        if self.max_experiences is not None and (
-            not isinstance(self.max_experiences, int) or self.max_experiences < 1
-        ):
-            raise ValueError(f"max_experiences must be a positive int or None, got {self.max_experiences!r}")
-        if self.max_words is not None and (not isinstance(self.max_words, int) or self.max_words < 1):
-            raise ValueError(f"max_words must be a positive int or None, got {self.max_words!r}")
+        for name in ("max_experiences", "max_words"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int or None, got {value!r}")
         given, self.experiences = list(self.experiences), []
         for item in given:
             exp = item if isinstance(item, Experience) else Experience(id=self.next_id, text=normalize_text(item))
@@ -215,6 +139,10 @@ class ExperienceLibrary:
     # -- reading -------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.experiences)
+
+    def __bool__(self) -> bool:
+        # An empty library is still a library (its next_id matters): never let `lib or default` drop it.
+        return True
 
     def __iter__(self) -> Iterator[Experience]:
         return iter(self.experiences)
@@ -232,9 +160,17 @@ class ExperienceLibrary:
     def ids(self) -> list[int]:
         return [e.id for e in self.experiences]
 
+    @property
+    def texts(self) -> list[str]:
+        return [e.text for e in self.experiences]
+
     def render(self) -> str:
         """The lessons as the model sees them: one ``[E<id>] text`` line each; empty when there are none."""
         return "\n".join(f"[{e.label}] {e.text}" for e in self.experiences)
+
+    def render_with_records(self) -> str:
+        """The lessons with their counters, for the update step (never for the policy)."""
+        return "\n".join(f"[{e.label}] {e.text} ({e.record})" for e in self.experiences)
 
     def approx_tokens(self) -> int:
         """Rough token count of `render()` (4 characters a token): what the library adds to every call."""
@@ -256,13 +192,24 @@ class ExperienceLibrary:
     def copy(self) -> ExperienceLibrary:
         return ExperienceLibrary.from_dict(self.to_dict())
 
+    def same_lessons(self, other: ExperienceLibrary) -> bool:
+        """True when both hold the same ids with the same texts (counters and audit aside)."""
+        return [(e.id, e.text) for e in self] == [(e.id, e.text) for e in other]
+
     # -- editing -------------------------------------------------------------------------------
-    def apply(self, ops: Iterable[EditOp | dict[str, Any]], *, step: int | None = None) -> ApplyReport:
+    def apply(
+        self,
+        ops: Iterable[EditOp | dict[str, Any]],
+        *,
+        step: int | None = None,
+        sources: Sequence[int] = (),
+    ) -> ApplyReport:
         """Apply edit operations in place and return what happened to each.
 
         Operations are applied removals first (delete, merge, modify, add, keep), each checked on
         its own: an op naming an unknown id, breaking a cap or repeating a lesson is refused with a
-        recorded reason while the others still apply.
+        recorded reason while the others still apply. ``sources`` (training example indices) are
+        recorded on the lessons the ops write.
         """
         parsed: list[EditOp] = []
         entries: list[AuditEntry] = []
@@ -272,15 +219,15 @@ class ExperienceLibrary:
             except (ValueError, TypeError) as exc:
                 op_name = str(raw.get("op", "?")) if isinstance(raw, dict) else "?"
                 entries.append(AuditEntry(step, op_name, "refused", f"malformed operation: {exc}"))
-        for op in sorted(parsed, key=lambda o: _APPLY_ORDER[o.op]):
-            entries.append(self._apply_one(op, step))
+        for op in sorted(parsed, key=lambda o: APPLY_ORDER[o.op]):
+            entries.append(self._apply_one(op, step, tuple(sources)))
         for entry in entries:
-            if entry.status == "refused":
-                logger.warning("refused %s (step %s): %s", entry.op, step, entry.detail)
+            if entry.status == "refused":  # expected with LM-written edits: the audit log keeps them
+                logger.info("refused %s (step %s): %s", entry.op, step, entry.detail)
         self.audit_log.extend(entries)
         return ApplyReport(tuple(entries))
 
-    def _apply_one(self, op: EditOp, step: int | None) -> AuditEntry:
+    def _apply_one(self, op: EditOp, step: int | None, sources: tuple[int, ...]) -> AuditEntry:
         def done(status: Literal["applied", "refused"], detail: str, result_id: int | None = None) -> AuditEntry:
             return AuditEntry(step=step, op=op.op, status=status, detail=detail, id=op.id,
                               ids=tuple(op.ids) if op.ids else None, text=op.text, reason=op.reason,
@@ -288,8 +235,7 @@ class ExperienceLibrary:
 
         if op.op == "keep":
             return done("applied", "library kept as is")
-
-        targets = [op.id] if op.op in ("modify", "delete") else list(op.ids or [])
+        targets = op.targets
         if op.op in ("modify", "delete") and op.id is None:
             return done("refused", f"{op.op} needs an id")
         if op.op == "merge" and len(set(targets)) < 2:
@@ -297,40 +243,66 @@ class ExperienceLibrary:
         unknown = [t for t in targets if t not in self]
         if unknown:
             return done("refused", "unknown id(s): " + ", ".join(f"E{t}" for t in unknown))
-
         if op.op == "delete":
             self.experiences = [e for e in self.experiences if e.id != op.id]
             return done("applied", f"deleted E{op.id}", op.id)
 
         text = normalize_text(op.text or "")
-        if not text:
-            return done("refused", f"{op.op} needs a non-empty text")
-        if self.max_words is not None and word_count(text) > self.max_words:
-            return done("refused", f"text has {word_count(text)} words, more than max_words={self.max_words}")
-        duplicate = next((e for e in self.experiences if e.text.casefold() == text.casefold()
-                          and e.id not in targets), None)
-        if duplicate is not None:
-            return done("refused", f"duplicate of E{duplicate.id}")
-
+        problem = self._text_problem(text, exclude=targets)
+        if problem:
+            return done("refused", problem)
         if op.op == "add":
             if self.max_experiences is not None and len(self) >= self.max_experiences:
                 return done("refused", f"library is full (max_experiences={self.max_experiences})")
-            new = Experience(id=self.next_id, text=text, added_step=step, updated_step=step)
+            new = Experience(id=self.next_id, text=text, added_step=step, updated_step=step, sources=sources)
             self.next_id += 1
             self.experiences.append(new)
             return done("applied", f"added E{new.id}", new.id)
 
         keep_id = targets[0]  # modify: the id itself; merge: the first id keeps its place
         old = self[keep_id]
-        merged_away = set(targets[1:])
-        self.experiences = [
-            Experience(id=e.id, text=text, added_step=e.added_step, updated_step=step) if e.id == keep_id else e
-            for e in self.experiences
-            if e.id not in merged_away
-        ]
+        merged = [self[t] for t in targets]
+        # A rewritten lesson is a new claim: its counters restart, its provenance accumulates.
+        all_sources = sorted({s for e in merged for s in e.sources} | set(sources))
+        rewritten = replace(old, text=text, updated_step=step, sources=tuple(all_sources),
+                            uses=0, helpful=0, harmful=0)
+        self.experiences = [rewritten if e.id == keep_id else e for e in self.experiences if e.id not in targets[1:]]
         if op.op == "modify":
             return done("applied", f"modified E{keep_id} (was: {old.text})", keep_id)
         return done("applied", "merged " + ", ".join(f"E{t}" for t in targets) + f" into E{keep_id}", keep_id)
+
+    def _text_problem(self, text: str, exclude: Sequence[int]) -> str | None:
+        if not text:
+            return "the edit needs a non-empty text"
+        if self.max_words is not None and word_count(text) > self.max_words:
+            return f"text has {word_count(text)} words, more than max_words={self.max_words}"
+        duplicate = next((e for e in self.experiences if e.text.casefold() == text.casefold()
+                          and e.id not in exclude), None)
+        return f"duplicate of E{duplicate.id}" if duplicate is not None else None
+
+    def credit(self, outcomes: Iterable[tuple[int, float]]) -> None:
+        """Count each (lesson id, advantage) of a rollout that applied the lesson: helpful above its
+        group's mean, harmful below it. Unknown ids are ignored (the lesson may be gone)."""
+        by_id = {e.id: e for e in self.experiences}
+        for experience_id, advantage in outcomes:
+            exp = by_id.get(experience_id)
+            if exp is None:
+                continue
+            by_id[experience_id] = replace(exp, uses=exp.uses + 1, helpful=exp.helpful + (advantage > 0),
+                                           harmful=exp.harmful + (advantage < 0))
+        self.experiences = [by_id[e.id] for e in self.experiences]
+
+    def prune(self, *, margin: int, min_uses: int, step: int | None = None) -> ApplyReport:
+        """Delete, in code, every lesson whose harmful count exceeds its helpful count by ``margin``
+        after at least ``min_uses`` uses; each deletion is audited with the counts."""
+        entries = []
+        for exp in list(self.experiences):
+            if exp.uses >= min_uses and exp.harmful - exp.helpful >= margin:
+                self.experiences = [e for e in self.experiences if e.id != exp.id]
+                entries.append(AuditEntry(step, "delete", "applied", f"pruned E{exp.id}: {exp.record}",
+                                          id=exp.id, text=exp.text, reason="harmful record", result_id=exp.id))
+        self.audit_log.extend(entries)
+        return ApplyReport(tuple(entries))
 
     # -- persistence ---------------------------------------------------------------------------
     def to_dict(self, *, include_audit: bool = True) -> dict[str, Any]:
@@ -340,29 +312,16 @@ class ExperienceLibrary:
             "max_experiences": self.max_experiences,
             "max_words": self.max_words,
             "next_id": self.next_id,
-            "experiences": [
-                {key: value for key, value in asdict(e).items() if value is not None} for e in self.experiences
-            ],
+            "experiences": [e.to_dict() for e in self.experiences],
         }
         if include_audit:
             data["audit_log"] = [entry.to_dict() for entry in self.audit_log]
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ExperienceLibrary:
-        if not isinstance(data, dict) or "experiences" not in data:
-            raise ValueError("not an experience library: expected a JSON object with an 'experiences' list")
-        if data.get("format", FORMAT_NAME) != FORMAT_NAME:
-            raise ValueError(f"not an experience library: format is {data.get('format')!r}")
-        experiences = [
-            Experience(id=int(e["id"]), text=normalize_text(e["text"]), added_step=e.get("added_step"),
-                       updated_step=e.get("updated_step"))
-            for e in data["experiences"]
-        ]
-        library = cls(experiences, max_experiences=data.get("max_experiences"), max_words=data.get("max_words"))
-        library.next_id = max(library.next_id, int(data.get("next_id", 1)))
-        library.audit_log = [AuditEntry.from_dict(a) for a in data.get("audit_log", [])]
-        return library
+    def from_dict(cls, data: Any, *, origin: str = "library") -> ExperienceLibrary:
+        """Validate and load a library dict; errors name ``origin`` (a file) and the field."""
+        return _LibraryReader(origin).read(data)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the library as indented JSON, atomically."""
@@ -375,28 +334,91 @@ class ExperienceLibrary:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no experience library at {path}")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} is not valid JSON: {exc}") from exc
-        return cls.from_dict(data)
+        return cls.from_dict(read_json(path), origin=str(path))
 
     @classmethod
     def from_texts(cls, texts: Sequence[str], **caps: Any) -> ExperienceLibrary:
         return cls(list(texts), **caps)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temp file in the same folder, then rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, ensure_ascii=False, default=str)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+class _LibraryReader:
+    """Checks every field of a library dict and builds the library, or raises one `LibraryFileError` line."""
+
+    def __init__(self, origin: str):
+        self.origin = origin
+
+    def fail(self, where: str, problem: str) -> LibraryFileError:
+        return LibraryFileError(f"{self.origin}: {where}: {problem}")
+
+    def read(self, data: Any) -> ExperienceLibrary:
+        if not isinstance(data, dict) or not isinstance(data.get("experiences"), list):
+            raise LibraryFileError(f"{self.origin}: not an experience library: expected a JSON object with an "
+                                   "'experiences' list")
+        if data.get("format", FORMAT_NAME) != FORMAT_NAME:
+            raise self.fail("format", f"not an experience library: format is {data.get('format')!r}")
+        version = data.get("version", 1)
+        if version not in READABLE_VERSIONS or isinstance(version, bool):
+            raise self.fail("version", f"unknown format version {version!r}; this tfgrpo-dspy reads "
+                            f"{', '.join(map(str, READABLE_VERSIONS))} (upgrade tfgrpo-dspy to read newer files)")
+        caps = {name: self.optional_count(data, name) for name in ("max_experiences", "max_words")}
+        experiences = [self.experience(item, f"experiences[{i}]", caps["max_words"])
+                       for i, item in enumerate(data["experiences"])]
+        ids = [e.id for e in experiences]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise self.fail("experiences", f"duplicate id(s) {duplicates}")
+        next_id = data.get("next_id", max(ids, default=0) + 1)
+        if not _is_count(next_id) or next_id < 1:
+            raise self.fail("next_id", f"must be a positive integer, got {next_id!r}")
+        if ids and next_id <= max(ids):
+            raise self.fail("next_id", f"{next_id} is not above the largest id {max(ids)}")
+        audit = data.get("audit_log", [])
+        if not isinstance(audit, list) or not all(isinstance(a, dict) for a in audit):
+            raise self.fail("audit_log", "must be a list of objects")
+        try:
+            entries = [AuditEntry.from_dict(a) for a in audit]
+        except TypeError as exc:
+            raise self.fail("audit_log", str(exc)) from exc
+        return ExperienceLibrary(experiences, audit_log=entries, next_id=next_id, **caps)
+
+    def optional_count(self, data: dict[str, Any], name: str) -> int | None:
+        value = data.get(name)
+        if value is not None and (not _is_count(value) or value < 1):
+            raise self.fail(name, f"must be a positive integer or null, got {value!r}")
+        return value
+
+    def experience(self, item: Any, where: str, max_words: int | None) -> Experience:
+        if not isinstance(item, dict):
+            raise self.fail(where, f"must be an object, got {type(item).__name__}")
+        if "id" not in item:
+            raise self.fail(where, "has no 'id'")
+        if not _is_count(item["id"]) or item["id"] < 1:
+            raise self.fail(f"{where}.id", f"must be a positive integer, got {item['id']!r}")
+        text = item.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise self.fail(f"{where}.text", f"must be a non-empty string, got {text!r}")
+        text = normalize_text(text)
+        if len(text) > MAX_TEXT_CHARS or (max_words is not None and word_count(text) > max_words):
+            raise self.fail(f"{where}.text", f"has {word_count(text)} words ({len(text)} characters), over "
+                            f"max_words={max_words}")
+        counts = {}
+        for name in ("added_step", "updated_step", "uses", "helpful", "harmful"):
+            value = item.get(name)
+            if value is not None and (not _is_count(value) or value < 0):
+                raise self.fail(f"{where}.{name}", f"must be a non-negative integer, got {value!r}")
+            counts[name] = value
+        sources = item.get("sources", [])
+        if not isinstance(sources, list) or not all(_is_count(s) and s >= 0 for s in sources):
+            raise self.fail(f"{where}.sources", f"must be a list of example indices, got {sources!r}")
+        return Experience(id=item["id"], text=text, added_step=counts["added_step"],
+                          updated_step=counts["updated_step"], sources=tuple(sources), uses=counts["uses"] or 0,
+                          helpful=counts["helpful"] or 0, harmful=counts["harmful"] or 0)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+__all__ = ["APPLY_ORDER", "OP_KINDS", "ApplyReport", "AuditEntry", "EditOp", "Experience", "ExperienceLibrary",
+           "LibraryDiff", "LibraryFileError", "normalize_text", "parse_experience_id", "read_json", "word_count",
+           "write_json_atomic"]
