@@ -31,9 +31,9 @@ class Call:
 
 
 def classify(system: str) -> str:
-    if "[[ ## where_it_went_wrong ## ]]" in system:
+    if "[[ ## first_divergence ## ]]" in system:
         return "summary"
-    if "[[ ## proposals ## ]]" in system and "[[ ## attempts ## ]]" in system:
+    if "[[ ## lessons ## ]]" in system and "[[ ## attempts ## ]]" in system:
         return "extract"
     if "[[ ## operations ## ]]" in system:
         return "update"
@@ -95,12 +95,12 @@ def default_reflection(call: Call) -> dict[str, Any] | None:
     """Reflection answers that depend only on the inputs (deterministic under threads)."""
     if call.kind == "summary":
         return {"summary": "1. read the question 2. answered", "experiences_used": [],
-                "where_it_went_wrong": "nothing"}
+                "first_divergence": "none"}
     if call.kind == "extract":
-        topic = call.inputs.get("task_inputs", "")[:40]
-        lesson = f"When a question looks like {len(topic)} chars, check units."
         return {"difference": "the winners checked units",
-                "proposals": [{"op": "add", "text": lesson, "reason": "winners checked units"}]}
+                "lessons": [{"condition": "a question mixes units", "action": "convert them to one unit first",
+                             "replaces": None}],
+                "misleading": [], "useful": []}
     if call.kind == "generalize":
         return {"general_lesson": "When a problem mixes units, convert them to one unit before computing."}
     if call.kind == "shorten":
@@ -108,7 +108,7 @@ def default_reflection(call: Call) -> dict[str, Any] | None:
     if call.kind == "update":
         ops = []
         for line in call.inputs.get("proposals", "").splitlines():
-            match = re.match(r"- add: (.*?)( \(reason: .*\))?$", line)
+            match = re.match(r"- lesson supported by \d+ example\(s\): (.*)$", line)
             if match:
                 ops.append({"op": "add", "text": match.group(1), "reason": "from proposal"})
         return {"operations": ops or [{"op": "keep"}]}

@@ -105,7 +105,8 @@ def test_aime24_folder_layout(tmp_path: Path) -> None:
     _write_parquet(repo / "data" / "train-00000-of-00001.parquet", rows)
     examples = load_aime24(str(repo))
     assert [(e.problem, e.answer, e.id) for e in examples] == [("P0", "100", 60), ("P1", "101", 61), ("P2", "102", 62)]
-    assert "solution" not in examples[0]
+    # The worked solution is a reflection-only label: kept, and never an input of the policy.
+    assert examples[0].solution == "s" and "solution" not in examples[0].inputs()
 
 
 def test_aime25_yentinglin_layout_uses_default_config(tmp_path: Path) -> None:
@@ -196,3 +197,21 @@ def test_bad_file_type_and_n_are_rejected(tmp_path: Path) -> None:
         load_gsm8k(str(path))
     with pytest.raises(ValueError, match="n must be"):
         load_dapo_math(str(path), n=-1)
+
+
+def test_gsm8k_keeps_the_worked_solution_as_a_label_and_splits_disjointly(tmp_path):
+    from tfgrpo_dspy.kits.math.data import gsm8k_splits
+
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text("\n".join(json.dumps({"question": f"Q{i}?", "answer": f"Half of {2 * i} is <<{2 * i}/2={i}>>{i}."
+                                          f"\n#### {i}"}) for i in range(20)))
+    parts = gsm8k_splits(str(path), seed=3, sizes={"train": 5, "selection": 5, "test": 8})
+    assert [len(p) for p in parts.values()] == [5, 5, 8]
+    problems = [e.problem for p in parts.values() for e in p]
+    assert len(set(problems)) == 18  # disjoint
+    example = parts["train"][0]
+    assert example.solution == f"Half of {2 * int(example.answer)} is {example.answer}."
+    assert set(example.inputs().keys()) == {"problem"}
+    assert gsm8k_splits(str(path), seed=3, sizes={"train": 5, "selection": 5, "test": 8})["test"] == parts["test"]
+    with pytest.raises(ValueError, match="20 GSM8K problems; 30 are needed"):
+        gsm8k_splits(str(path), seed=3, sizes={"train": 30})

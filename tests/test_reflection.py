@@ -1,160 +1,206 @@
-from tfgrpo_dspy import EditOp, ExperienceLibrary
-from tfgrpo_dspy.reflection import _as_proposal
+"""Reflection a small model can do: references, one structured lesson or none, the guard, the update rules."""
 
+import dspy
+import pytest
+from scripted import default_reflection, scripted_lm
 
-def test_proposals_keep_intent_and_drop_what_cannot_mean_anything():
-    library = ExperienceLibrary.from_texts(["When a, do b."])
-    assert _as_proposal(EditOp(op="modify", text="When c, do d."), library) == EditOp(op="add", text="When c, do d.")
-    assert _as_proposal(EditOp(op="modify", id=1, text="When a, do B."), library).op == "modify"
-    assert _as_proposal(EditOp(op="delete", id=9), library) is None
-    assert _as_proposal(EditOp(op="delete", id=1), library).id == 1
-    assert _as_proposal(EditOp(op="keep"), library) is None
-    assert _as_proposal(EditOp(op="add", text="  "), library) is None
+from tfgrpo_dspy import ExperienceLibrary, TrainingFreeGRPO
+from tfgrpo_dspy.guard import LessonGuard
+from tfgrpo_dspy.lessons import ExampleMaterial, Vocabulary, cluster_lessons, render_lesson, restated_details
+from tfgrpo_dspy.reflection import ReflectionSignatures, Reflector, clip_middle, format_attempts, format_outcome
+from tfgrpo_dspy.rollouts import GroupOutcome, Rollout
 
-
-def test_over_long_proposals_are_shortened_by_one_call():
-    from scripted import default_reflection, scripted_lm
-
-    from tfgrpo_dspy.reflection import Reflector
-
-    lm = scripted_lm(default_reflection)
-    reflector = Reflector(lm)
-    long_text = "When " + " ".join(["words"] * 40) + ", stop."
-    fitted, usage = reflector._fit_word_limit(
-        [EditOp(op="add", text=long_text), EditOp(op="add", text="When a, do b.")], max_words=10
-    )
-    assert [len(op.text.split()) for op in fitted] == [10, 4]
-    assert usage.calls == 1 and lm._engine_spec.kinds() == ["shorten"]
-
-
-def test_over_long_update_operations_are_shortened_too():
-    from scripted import default_reflection, scripted_lm
-
-    from tfgrpo_dspy.reflection import Proposal, Reflector
-
-    long_text = "When " + " ".join(["merged"] * 30) + ", check units."
-
-    def merging_update(call):
-        if call.kind == "update":
-            return {"operations": [{"op": "add", "text": long_text, "reason": "merged two proposals"},
-                                   {"op": "delete", "id": 1, "reason": "superseded"}]}
-        return default_reflection(call)
-
-    lm = scripted_lm(merging_update)
-    library = ExperienceLibrary.from_texts(["When a, do b."], max_words=12)
-    decision = Reflector(lm).decide([Proposal(0, ops=[{"op": "add", "text": "When c, do d."}])], library)
-    assert decision.ops[0]["op"] == "add" and len(decision.ops[0]["text"].split()) == 12
-    assert decision.ops[1] == {"op": "delete", "id": 1, "reason": "superseded"}
-    assert lm._engine_spec.kinds() == ["update", "shorten"] and decision.usage.calls == 2
-    report = library.apply(decision.ops, step=1)
-    assert [e.text for e in library] == [decision.ops[0]["text"]] and not report.refused
-
-
-# Lessons the embedded 1.5B model wrote in real runs (benchmarks/results/compare_embedded.json, the demo),
-# with the training problems they came from.
+# Problems and lessons from real runs of the embedded 1.5B model (benchmarks/results, the demo, issue #11).
 COFFEE = ("A coffee maker costs $116. During a sale its price is reduced by 50%. After the sale, the store raises "
           "the sale price by 50%. What is the final price of the coffee maker in dollars?")
 BUTTONS = ("Maya has 20 buttons. Priya has 3 times as many buttons as Maya, and Ravi has 28 fewer buttons than "
            "Priya. How many more buttons does Ravi have than Maya?")
+GUITAR = "A guitar costs $248. It is sold at a 50% discount, then a $20 case is added. What is paid in total?"
+TERESE = "Terese runs 4.2 miles on Monday and the same distance on Tuesday. How far does she run in the two days?"
 
 
-def test_restated_details_flags_lessons_that_restate_their_problem():
-    from tfgrpo_dspy.reflection import restated_details
-
-    coffee_lesson = ("When the coffee maker is initially priced at $116, reduce the price by 50% before the sale. "
-                     "After the sale, raise the price by 50%.")
-    assert restated_details(coffee_lesson, COFFEE) == "it repeats the input's numbers 50, 116"
-    assert "copies" in restated_details(
-        "When Priya has 3 times as many buttons as Maya, subtract carefully.", BUTTONS)
-    assert restated_details(BUTTONS, BUTTONS) is not None  # the group1 ablation's "lesson" was the question
-    # General lessons pass, even when they share a stock phrase or one number with the problem.
-    for lesson in ("When a price is cut by a percentage and then raised by the same percentage, apply each "
-                   "change to the price of that moment; the result is not the original price.",
-                   "When a problem says 'times as many', multiply before comparing quantities.",
-                   "When a percentage such as 50% changes a price, compute the new price before the next step."):
-        assert restated_details(lesson, COFFEE + " " + BUTTONS) is None, lesson
-    assert restated_details("When a total is 1,000 or more, check it.", "The answer is 1000.") is None
+def material(task, answers=(), worked=""):
+    return ExampleMaterial(task, tuple(answers), worked)
 
 
-def _extracting(lesson: str, generalized: str):
-    from scripted import default_reflection
+def test_restatements_of_numbers_names_answers_and_intermediate_values_are_flagged():
+    coffee = "When the coffee maker is initially priced at $116, reduce the price by 50% before the sale."
+    assert restated_details(coffee, material(COFFEE)) == "it repeats the example's numbers 50, 116"
+    # $124 is no number of the problem's text: an intermediate value of its solution and attempts.
+    guitar = "When the guitar is sold at a 50% discount, the price is reduced to $124."
+    assert "124" in restated_details(guitar, material(GUITAR, ["144"], "248 / 2 = 124; 124 + 20 = 144"))
+    assert "terese" in restated_details("When Terese runs on Monday, she runs the same on Tuesday.",
+                                        material(TERESE))
+    assert "maya, priya" in restated_details("When Priya has 3 times as many buttons as Maya, subtract carefully.",
+                                             material(BUTTONS))
+    assert "copies" in restated_details("When a child has 3 times as many buttons as a friend, multiply.",
+                                        material(BUTTONS))
+    assert restated_details("When counting, 87 is the answer.", material(COFFEE, ["87"])) is not None
+    for general in ("When a price is cut by a percentage and then raised by the same percentage, apply each "
+                    "change to the price of that moment; the result is not the original price.",
+                    "When a problem says 'times as many', multiply before comparing quantities.",
+                    "When a quantity is given in dozens, convert it to units (12 each) before adding."):
+        assert restated_details(general, material(COFFEE + " " + BUTTONS, ["87"], "116 / 2 = 58")) is None, general
+
+
+def test_words_common_across_the_training_set_are_vocabulary_not_details():
+    # A routing rule names a queue that is also the example's answer, and a plan that is in its text.
+    tickets = [material(f"Plan: Enterprise | Region: EU\nTicket {i}: please reset my password.", ["enterprise-desk"])
+               for i in range(10)]
+    vocabulary = Vocabulary.of(tickets)
+    rule = "When an Enterprise customer cannot log in, route it to enterprise-desk."
+    assert restated_details(rule, tickets[0], vocabulary) is None
+    assert restated_details(rule, tickets[0]) is not None  # without the training set it looks like a restatement
+
+
+def test_metadata_never_reaches_the_reflection_or_the_restatement_check():
+    """The README's own lesson was flagged as stating the answer 'dozens' (a wordproblems family label)."""
+    from tfgrpo_dspy.phases import RunContext
+
+    example = dspy.Example(question="A box holds 2 dozen eggs; 5 break. How many are left?", answer="19",
+                           family="dozens", difficulty="hard").with_inputs("question")
+    ctx = RunContext(settings=None, metric=None, program=None, trainset=[example], reference_fields=("answer",),
+                     reflector=None, guard=None, log=None, ledger=None)
+    assert ctx.reference(0) == "answer: 19"
+    assert restated_details("When a quantity is given in dozens, convert it to units before subtracting.",
+                            ctx.material(0)) is None
+    assert restated_details("When a fact is hard to find, open the site map first.", ctx.material(0)) is None
+
+
+def test_reference_fields_default_to_the_program_outputs_and_kits_can_add_the_solution():
+    example = dspy.Example(question="q", answer="4", solution="2 + 2 = 4", index=7).with_inputs("question")
+    optimizer = TrainingFreeGRPO(lambda e, p, t=None: 1.0)
+    program = dspy.ChainOfThought("question -> answer")
+    assert optimizer._reference_fields(program, [example]) == ("answer",)
+    with_solution = TrainingFreeGRPO(lambda e, p, t=None: 1.0, reference_fields=["answer", "solution"])
+    assert with_solution._reference_fields(program, [example]) == ("answer", "solution")
+    with pytest.raises(ValueError, match="reference_fields"):
+        TrainingFreeGRPO(lambda e, p, t=None: 1.0, reference_fields=["hint"])._reference_fields(program, [example])
+
+
+def test_render_lesson_and_clustering():
+    assert render_lesson("When a price is per item.", "Multiply by the count.") == \
+        "When a price is per item, multiply by the count."
+    assert render_lesson("", "do x") == ""
+    clusters = cluster_lessons([
+        ("When a price is given per item, multiply it by the number of items.", 1),
+        ("When a price is given per item, multiply by the number of items first.", 2),
+        ("When the question asks what is left, subtract what was used.", 3),
+    ])
+    assert [c.support for c in clusters] == [2, 1] and clusters[0].sources == (1, 2)
+
+
+def rollouts(scores, error_at=None):
+    return tuple(Rollout(0, i, rollout_id=i, inputs={"question": COFFEE}, outputs={"answer": str(s)}, trace=[],
+                         score=s, error="TimeoutError" if i == error_at else None) for i, s in enumerate(scores))
+
+
+def test_failed_rollouts_do_not_count_in_a_group():
+    group = GroupOutcome(0, rollouts([1.0, 1.0, 0.0], error_at=2))  # the 0.0 is a crash, not a wrong answer
+    assert not group.informative and group.rewards == [1.0, 1.0]
+    assert group.advantages == [0.0, 0.0, None]
+    mixed = GroupOutcome(0, rollouts([1.0, 0.0, 0.0], error_at=2))
+    assert mixed.informative and mixed.advantages == [1.0, -1.0, None]
+    assert "Attempt 3" not in format_attempts(mixed, {})
+
+
+def test_the_summary_sees_the_reference_and_whether_the_attempt_was_right():
+    seen = []
 
     def script(call):
+        seen.append(call)
+        return default_reflection(call)
+
+    rollout = rollouts([0.0])[0]
+    Reflector(scripted_lm(script)).summarize(rollout, "answer: 87\nsolution: 116 / 2 = 58; 58 * 1.5 = 87",
+                                             ExperienceLibrary())
+    assert "judged correct: no" in seen[0].inputs["outcome"]
+    assert "58 * 1.5 = 87" in seen[0].inputs["reference"]
+    assert format_outcome(rollouts([1.0])[0]).startswith("judged correct: yes")
+
+
+def _extract(lessons, *, misleading=(), generalized=None):
+    def script(call):
         if call.kind == "extract":
-            return {"difference": "the winners applied each change in turn",
-                    "proposals": [{"op": "add", "text": lesson, "reason": "winners did"}]}
+            return {"difference": "d", "lessons": lessons, "misleading": list(misleading), "useful": []}
         if call.kind == "generalize":
             return {"general_lesson": generalized}
         return default_reflection(call)
 
-    return script
-
-
-def _extract(script, generalize=True, use_ground_truth=True):
-    import dspy
-    from scripted import scripted_lm
-
-    from tfgrpo_dspy.reflection import Reflector
-    from tfgrpo_dspy.rollouts import GroupOutcome, Rollout
-
     lm = scripted_lm(script)
-    example = dspy.Example(question=COFFEE, answer="87").with_inputs("question")
-    rollouts = tuple(Rollout(0, i, rollout_id=i, inputs={"question": COFFEE}, outputs={"answer": a}, trace=[],
-                             score=s) for i, (a, s) in enumerate([("87", 1.0), ("116", 0.0)]))
-    group = GroupOutcome(0, rollouts)
-    proposal = Reflector(lm, generalize=generalize).extract(
-        example, group, {}, ExperienceLibrary(max_words=40), use_ground_truth=use_ground_truth, max_proposals=2)
-    return proposal, lm._engine_spec.kinds()
+    library = ExperienceLibrary.from_texts(["When a, do b."], max_words=32)
+    reflector = Reflector(lm)
+    group = GroupOutcome(0, rollouts([1.0, 0.0]))
+    extraction, error, _ = reflector.extract(COFFEE, "answer: 87", group, {}, library, max_lessons=1, max_words=32)
+    guard = LessonGuard(reflector, Vocabulary(), max_words=32)
+    texts = [render_lesson(raw.condition, raw.action) for raw in extraction.lessons]
+    verdicts = [guard.check(text, [material(COFFEE, ["87"])]) for text in texts]
+    return extraction, verdicts, lm._engine_spec.kinds()
+
+
+def test_no_general_lesson_is_a_valid_answer_and_nothing_is_forced():
+    extraction, verdicts, kinds = _extract([])
+    assert extraction.lessons == [] and verdicts == [] and kinds == ["extract"]
+
+
+def test_the_extraction_keeps_at_most_max_proposals_and_reads_misleading_ids():
+    two = [{"condition": "a price is cut then raised", "action": "apply each change to the current price"},
+           {"condition": "x", "action": "y"}]
+    extraction, verdicts, _ = _extract(two, misleading=["E1", "9"])
+    assert len(extraction.lessons) == 1 and extraction.misleading == [1]  # E9 does not exist
+    assert verdicts[0].text == "When a price is cut then raised, apply each change to the current price."
 
 
 def test_a_restating_lesson_is_rewritten_once_or_dropped():
-    specific = "When the coffee maker costs $116 and is reduced by 50%, it then costs $58."
+    specific = [{"condition": "the coffee maker costs $116 and is cut by 50%", "action": "it costs $58"}]
     general = "When a price is reduced and then raised by a percentage, apply each change to the current price."
-    proposal, kinds = _extract(_extracting(specific, general))
-    assert kinds == ["extract", "generalize"] and proposal.ops[0]["text"] == general and not proposal.dropped
+    _, verdicts, kinds = _extract(specific, generalized=general)
+    assert kinds == ["extract", "generalize"] and verdicts[0].text == general
+    _, verdicts, _ = _extract(specific, generalized="When the coffee maker costs $116, it costs $58.")
+    assert verdicts[0].text is None and verdicts[0].reason.startswith("restates its example")
 
-    proposal, _ = _extract(_extracting(specific, "When the coffee maker costs $116, it costs $58 after 50% off."))
-    assert proposal.ops == [] and proposal.dropped[0]["text"] == specific
-    assert proposal.dropped[0]["dropped_because"] == "it repeats the input's numbers 50, 116"
-    assert type(proposal).from_dict(proposal.to_dict()) == proposal  # the run log keeps what was dropped
 
-    proposal, kinds = _extract(_extracting(specific, general), generalize=False)
-    assert kinds == ["extract"] and proposal.ops[0]["text"] == specific
+def test_over_long_lessons_are_shortened_once_or_dropped():
+    reflector = Reflector(scripted_lm(default_reflection))
+    guard = LessonGuard(reflector, Vocabulary(), max_words=10)
+    verdict = guard.check("When " + " ".join(["words"] * 40) + ", stop.", [material("q")])
+    assert verdict.text is not None and len(verdict.text.split()) == 10 and verdict.usage.calls == 1
+
+
+def test_a_custom_signature_replaces_a_step():
+    class TerseExtract(ReflectionSignatures().extract):
+        """Compare the attempts; write at most one lesson, or none."""
+
+    assert ReflectionSignatures.with_overrides({"extract": TerseExtract}).extract is TerseExtract
+    with pytest.raises(ValueError, match="unknown step 'extracts'"):
+        ReflectionSignatures.with_overrides({"extracts": TerseExtract})
+    with pytest.raises(ValueError, match="lacks the fields"):
+        ReflectionSignatures.with_overrides({"extract": dspy.Signature("task_inputs -> lessons")})
+    seen = []
+
+    def script(call):
+        seen.append(call.system)
+        return default_reflection(call)
+
+    lm = scripted_lm(script)
+    reflector = Reflector(lm, signatures=ReflectionSignatures.with_overrides({"extract": TerseExtract}))
+    reflector.extract("q", "answer: 1", GroupOutcome(0, rollouts([1.0, 0.0])), {}, ExperienceLibrary(),
+                      max_lessons=1, max_words=32)
+    assert "write at most one lesson, or none" in seen[0]
+
+
+def test_reflection_answers_are_capped():
+    lm = scripted_lm(default_reflection)
+    lm.kwargs["max_tokens"] = 4096
+    reflector = Reflector(lm, max_tokens=256)
+    assert reflector._lm_copy(lm, 0).kwargs["max_tokens"] == 256
+    lm.kwargs["max_tokens"] = 128  # an LM with a smaller cap keeps it
+    assert reflector._lm_copy(lm, 0).kwargs["max_tokens"] == 128
 
 
 def test_clip_middle_keeps_both_ends_within_the_limit():
-    from tfgrpo_dspy.reflection import clip_middle
-
     text = "START " + "m" * 5000 + " END"
     clipped = clip_middle(text, 1000)
     assert len(clipped) == 1000 and clipped.startswith("START") and clipped.endswith(" END")
     assert "characters omitted" in clipped
     assert clip_middle("short", 1000) == "short" and clip_middle(text, None) == text
-
-
-def test_restated_details_flags_lessons_that_state_the_training_answer():
-    from tfgrpo_dspy.reflection import restated_details
-
-    # The two lessons the embedded model learned on the local web site (benchmarks/web_local_site.py).
-    question = '{"question": "In which year was the Riverside Institute founded?", "root_url": "http://127.0.0.1:8765/"}'
-    assert restated_details("When the Riverside Institute was founded, it was in 1987.", question, ["1987"]) == (
-        "it states the example's answer '1987'")
-    email = '{"question": "What email address can you write to in order to contact the Riverside Institute?"}'
-    assert "office@riverside.test" in restated_details(
-        "When you see the 'Contact' link on the page, write to office@riverside.test.", email,
-        ["office@riverside.test"])
-    # Strategies pass; short answers and numbers inside other numbers do not count as stating the answer.
-    strategy = "When a question asks when an organisation was founded, open its About page first."
-    assert restated_details(strategy, question, ["1987"]) is None
-    assert restated_details("When the answer is yes or no, say so first.", "Is it open?", ["yes"]) is None
-    assert restated_details("When a year like 19870 appears, check it.", "When?", ["1987"]) is None
-    assert restated_details("When counting, recount: 42 is often off by one.", "How many?", ["42"]) is not None
-
-
-def test_the_answer_check_needs_labels_the_reflection_may_see():
-    leaky = "When a price is halved and then raised by half, the answer is 87."
-    general = "When a price is reduced and then raised by a percentage, apply each change to the current price."
-    proposal, kinds = _extract(_extracting(leaky, general))
-    assert kinds == ["extract", "generalize"] and proposal.ops[0]["text"] == general
-    proposal, kinds = _extract(_extracting(leaky, general), use_ground_truth=False)  # majority vote: no labels
-    assert kinds == ["extract"] and proposal.ops[0]["text"] == leaky

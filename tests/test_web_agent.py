@@ -132,7 +132,7 @@ def test_agent_rejects_bad_arguments():
 def test_webwalkerqa_task_uses_the_papers_web_settings(webwalkerqa_dir):
     task = WEB_TASKS["webwalkerqa"]
     assert isinstance(task, Task) and task.name == "webwalkerqa"
-    assert task.train_defaults == {"group_size": 3, "epochs": 3, "temperature": 0.7}
+    assert task.train_defaults == {"group_size": 3, "epochs": 3, "temperature": 0.7, "reference_fields": ("answer",)}
     assert task.answer_field == "answer"
     trainset = task.load_trainset(TaskData(source=str(webwalkerqa_dir), n=17, seed=0))
     evalset = task.load_evalset(TaskData(source=str(webwalkerqa_dir), n=17, seed=0))

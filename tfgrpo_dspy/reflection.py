@@ -1,74 +1,138 @@
-"""The semantic advantage: summarize rollouts, extract lessons per group, decide the library edits.
+"""The reflection calls: summarize a rollout, extract a group's lesson, decide a step's edits, repair a lesson.
 
-Each call runs the matching Signature on a private copy of the reflection LM (for exact usage
-under threads). Malformed output is retried with a fresh sample; when it still fails, the call
-returns an error instead of raising, so one bad reflection never corrupts the library.
+Each call runs one Signature (see the top-level ``signatures/`` folder) on a private copy of the
+reflection LM, for exact usage under threads, with its answer capped at ``max_tokens``. Malformed
+output is retried with a fresh sample; when it still fails, the call returns an error instead of
+raising, so one bad reflection never corrupts the library. Nothing here judges lessons: that is
+`tfgrpo_dspy.guard`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import dspy
 from dspy.utils.exceptions import ContextWindowExceededError
 
-from tfgrpo_dspy.library import EditOp, ExperienceLibrary, normalize_text, word_count
+from tfgrpo_dspy.library import EditOp, ExperienceLibrary
 from tfgrpo_dspy.parallel import call_with_timeout
 from tfgrpo_dspy.rollouts import GroupOutcome, Rollout
-from tfgrpo_dspy.signatures import (
-    ExtractLessons,
-    GeneralizeLesson,
-    ShortenLesson,
-    SummarizeRollout,
-    UpdateLibrary,
-)
+from tfgrpo_dspy.signatures import ExtractLesson, GeneralizeLesson, ShortenLesson, SummarizeRollout, UpdateLibrary
 from tfgrpo_dspy.usage import Usage, UsageRecord, usage_of
 
 logger = logging.getLogger(__name__)
 
 NO_REFERENCE = "unknown: there is no ground truth; rewards measure agreement with the group's majority answer"
 EMPTY_LIBRARY = "(the library is empty)"
+SUCCESS = 1.0 - 1e-9  # a reward at least this high is "judged correct"
 
 
+# -- records (JSON at the log boundary, objects inside) ------------------------------------------
 @dataclass(frozen=True)
 class RolloutSummary(UsageRecord):
     example_index: int
     sample_index: int
     summary: str = ""
-    experiences_used: list[str] = field(default_factory=list)
-    where_it_went_wrong: str = ""
+    experiences_used: list[int] = field(default_factory=list)
+    first_divergence: str = ""
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """A proposed lesson after the guard: its text, the lesson it replaces, its source example."""
+
+    text: str
+    source: int
+    replaces: int | None = None
+
+    @property
+    def op(self) -> EditOp:
+        if self.replaces is not None:
+            return EditOp(op="modify", id=self.replaces, text=self.text)
+        return EditOp(op="add", text=self.text)
 
 
 @dataclass(frozen=True)
 class Proposal(UsageRecord):
-    """The edits proposed from one informative group."""
+    """What one informative group proposed: lessons, misleading and useful lesson ids, and what was dropped."""
 
     example_index: int
-    ops: list[dict[str, Any]] = field(default_factory=list)
+    difference: str = ""
+    lessons: list[Lesson] = field(default_factory=list)
+    misleading: list[int] = field(default_factory=list)
+    useful: list[int] = field(default_factory=list)
+    dropped: list[dict[str, Any]] = field(default_factory=list)  # lessons the guard refused, with why
+    raw_count: int = 0  # lessons the model proposed before the guard
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
-    dropped: list[dict[str, Any]] = field(default_factory=list)  # lessons that only restated their input
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Proposal:
+        known = {k: v for k, v in data.items() if k in {f.name for f in fields(cls)}}
+        return cls(**{**known, "lessons": [Lesson(**lesson) for lesson in data.get("lessons", [])],
+                      "usage": Usage.from_dict(data.get("usage"))})
 
 
 @dataclass(frozen=True)
 class UpdateDecision(UsageRecord):
-    """The final edits of one step, as decided by the update call."""
+    """The edits one update call decided (after the guard), and those it refused."""
 
-    ops: list[dict[str, Any]] = field(default_factory=list)
+    ops: list[EditOp] = field(default_factory=list)
+    refused: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ops": [op.model_dump(exclude_none=True) for op in self.ops],
+                "usage": self.usage.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> UpdateDecision:
+        return cls(ops=[EditOp.coerce(op) for op in data.get("ops", [])], refused=list(data.get("refused", [])),
+                   error=data.get("error"), usage=Usage.from_dict(data.get("usage")))
+
+
+@dataclass(frozen=True)
+class ReflectionSignatures:
+    """The Signature of each reflection step; pass your own with the same field names to change a prompt."""
+
+    summarize: type[dspy.Signature] = SummarizeRollout
+    extract: type[dspy.Signature] = ExtractLesson
+    update: type[dspy.Signature] = UpdateLibrary
+    generalize: type[dspy.Signature] = GeneralizeLesson
+    shorten: type[dspy.Signature] = ShortenLesson
+
+    @classmethod
+    def with_overrides(cls, overrides: dict[str, type[dspy.Signature]] | None) -> ReflectionSignatures:
+        """The defaults with ``overrides`` applied; a wrong step name or missing field is a clear error."""
+        overrides = dict(overrides or {})
+        defaults = cls()
+        for step, signature in overrides.items():
+            if step not in {f.name for f in fields(cls)}:
+                raise ValueError(f"signatures: unknown step {step!r}; the steps are {[f.name for f in fields(cls)]}")
+            if not (isinstance(signature, type) and issubclass(signature, dspy.Signature)):
+                raise TypeError(f"signatures[{step!r}] must be a dspy.Signature class, got {signature!r}")
+            expected = getattr(defaults, step)
+            missing = sorted(set(expected.fields) - set(signature.fields))
+            if missing:
+                raise ValueError(f"signatures[{step!r}] lacks the fields {missing} that {expected.__name__} has")
+        return cls(**overrides)
+
 
 # -- prompt material ----------------------------------------------------------------------------
-def render_library(library: ExperienceLibrary) -> str:
-    return library.render() or EMPTY_LIBRARY
+def as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def render_library(library: ExperienceLibrary, *, records: bool = False) -> str:
+    text = library.render_with_records() if records else library.render()
+    return text or EMPTY_LIBRARY
 
 
 def clip_middle(text: str, limit: int | None) -> str:
@@ -82,14 +146,24 @@ def clip_middle(text: str, limit: int | None) -> str:
     return text[:head] + marker + text[len(text) - (keep - head):]
 
 
+def format_reference(example: dspy.Example, reference_fields: Sequence[str] | None) -> str:
+    """The example's reference fields as ``name: value`` lines; None = no ground truth."""
+    if reference_fields is None:
+        return NO_REFERENCE
+    labels = example.labels()
+    lines = [f"{name}: {as_text(labels[name])}" for name in reference_fields if name in labels]
+    return "\n".join(lines) or "not given"
+
+
 def format_trajectory(rollout: Rollout) -> str:
     if not rollout.trace and rollout.error:
         return f"The program failed before producing any step: {rollout.error}"
     parts = []
     for number, step in enumerate(rollout.trace, start=1):
         lines = [f"## Step {number}: {step['predictor']}"]
-        lines += [f"input {key}: {_as_text(value)}" for key, value in step["inputs"].items()]
-        lines += [f"output {key}: {_as_text(value)}" for key, value in (step["outputs"] or {}).items()]
+        lines += [f"input {key}: {as_text(value)}" for key, value in step["inputs"].items()
+                  if key != "experiences"]  # the lessons are shown once, as the library
+        lines += [f"output {key}: {as_text(value)}" for key, value in (step["outputs"] or {}).items()]
         parts.append("\n".join(lines))
     if rollout.error:
         parts.append(f"## The program then failed: {rollout.error}")
@@ -97,150 +171,115 @@ def format_trajectory(rollout: Rollout) -> str:
 
 
 def format_outcome(rollout: Rollout) -> str:
-    lines = [f"reward: {rollout.score:.2f}"]
+    if not rollout.scored:
+        return f"the attempt was not scored: {rollout.error or rollout.metric_error}"
+    verdict = "yes" if rollout.score >= SUCCESS else "no"
+    lines = [f"judged correct: {verdict} (reward {rollout.score:.2f})"]
     if rollout.feedback:
         lines.append(f"feedback: {rollout.feedback}")
-    if rollout.error:
-        lines.append(f"the attempt crashed: {rollout.error}")
-    if rollout.metric_error:
-        lines.append(f"the grader failed: {rollout.metric_error}")
     return "\n".join(lines)
 
 
-def format_attempts(
-    group: GroupOutcome, summaries: dict[int, RolloutSummary], max_chars: int | None = None
-) -> str:
-    """Each attempt's summary, or its trajectory when it has none; trajectories share ``max_chars``."""
+def format_attempts(group: GroupOutcome, summaries: dict[int, RolloutSummary], max_chars: int | None = None) -> str:
+    """Each scored attempt's summary, or its trajectory when it has none; trajectories share ``max_chars``."""
+    scored = [(r, a) for r, a in zip(group.rollouts, group.advantages, strict=True) if a is not None]
+    per_attempt = None if max_chars is None else max_chars // max(len(scored), 1)
     blocks = []
-    per_attempt = None if max_chars is None else max_chars // max(len(group.rollouts), 1)
-    for rollout, advantage in zip(group.rollouts, group.advantages, strict=True):
+    for rollout, advantage in scored:
         summary = summaries.get(rollout.sample_index)
         head = f"### Attempt {rollout.sample_index + 1}: reward {rollout.score:.2f}, advantage {advantage:+.2f}"
         if summary is None or summary.error:  # summaries off, or this one failed: show what it did
             body = clip_middle(format_trajectory(rollout), per_attempt)
         else:
-            body = (f"{summary.summary}\nlessons applied: {', '.join(summary.experiences_used) or 'none'}\n"
-                    f"where it went wrong: {summary.where_it_went_wrong}")
+            used = ", ".join(f"E{i}" for i in summary.experiences_used) or "none"
+            body = f"{summary.summary}\nlessons applied: {used}\nfirst divergence: {summary.first_divergence}"
         if rollout.feedback:
             body += f"\ngrader feedback: {rollout.feedback}"
         blocks.append(f"{head}\n{body}")
     return "\n\n".join(blocks)
 
 
-def format_proposals(proposals: list[Proposal]) -> str:
-    lines = []
-    for proposal in proposals:
-        for op in proposal.ops:
-            target = f" E{op['id']}" if op.get("id") is not None else ""
-            text = f": {op['text']}" if op.get("text") else ""
-            reason = f" (reason: {op['reason']})" if op.get("reason") else ""
-            lines.append(f"- {op['op']}{target}{text}{reason}")
-    return "\n".join(lines)
-
-
-def format_reference(example: dspy.Example, use_ground_truth: bool) -> str:
-    if not use_ground_truth:
-        return NO_REFERENCE
-    labels = example.labels().toDict()
-    return "\n".join(f"{key}: {_as_text(value)}" for key, value in labels.items()) or "not given"
-
-
-def _as_proposal(op: EditOp, library: ExperienceLibrary) -> EditOp | None:
-    """A proposal is a suggestion for the update step: keep its intent, drop what cannot mean anything.
-
-    Small models often write "modify" for a new lesson; a modify naming no existing lesson is an add.
-    A delete of nothing, a keep, or an edit without text is no proposal at all.
-    """
-    if op.op == "modify" and op.id not in library:
-        return EditOp(op="add", text=op.text, reason=op.reason) if op.text else None
-    if op.op == "delete":
-        return op if op.id in library else None
-    if op.op == "keep" or not (op.text or "").strip():
-        return None
-    return op
-
-
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-_WORD = re.compile(r"[a-z0-9']+")
-MIN_SHARED_NUMBERS = 2  # one shared number is often a general constant ("60 minutes"); two rarely are
-MIN_COPIED_WORDS = 6  # a copied clause, longer than the stock phrases lessons and tasks share
-MIN_ANSWER_CHARS = 4  # shorter answers ("3", "yes", "no") also appear in general advice; numbers need 2 digits
-
-
-def restated_details(lesson: str, task_text: str, answers: Sequence[str] = ()) -> str | None:
-    """Why ``lesson`` looks tied to the one input ``task_text``, or None if it does not.
-
-    Small reflection models often restate the problem ("When the coffee maker is priced at $116...")
-    or its answer ("When the Riverside Institute was founded, it was in 1987.") instead of the
-    strategy behind it. Three model-independent signs: the lesson states one of the example's
-    ``answers`` (a label of MIN_ANSWER_CHARS characters or a 2-digit number), repeats two or more of the input's
-    numbers, or copies a run of MIN_COPIED_WORDS of its words.
-    """
-    folded = lesson.casefold()
-    for answer in answers:
-        answer = normalize_text(answer)
-        distinctive = len(answer) >= MIN_ANSWER_CHARS or (len(answer) >= 2 and answer.isdigit())
-        if distinctive and re.search(rf"(?<!\w){re.escape(answer.casefold())}(?!\w)", folded):
-            return f"it states the example's answer {answer!r}"
-    numbers = {n.replace(",", "") for n in _NUMBER.findall(lesson)}
-    shared = sorted(numbers & {n.replace(",", "") for n in _NUMBER.findall(task_text)}, key=lambda n: (len(n), n))
-    if len(shared) >= MIN_SHARED_NUMBERS:
-        return f"it repeats the input's numbers {', '.join(shared)}"
-    lesson_words, input_words = _WORD.findall(lesson.lower()), _WORD.findall(task_text.lower())
-    n = MIN_COPIED_WORDS
-    input_runs = {tuple(input_words[i : i + n]) for i in range(len(input_words) - n + 1)}
-    for i in range(len(lesson_words) - n + 1):
-        if tuple(lesson_words[i : i + n]) in input_runs:
-            return f"it copies {' '.join(lesson_words[i : i + n])!r} from the input"
-    return None
-
-
-def _as_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+def parse_ids(values: Any, library: ExperienceLibrary) -> list[int]:
+    """The lesson ids in ``values`` (3, "E3", "[E3]") that exist in ``library``, in order, once each."""
+    ids = []
+    for value in values or []:
+        try:
+            parsed = EditOp(op="delete", id=value).id
+        except ValueError:
+            continue
+        if parsed in library and parsed not in ids:
+            ids.append(parsed)
+    return ids
 
 
 # -- the calls ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RawLesson:
+    """A lesson as the extraction wrote it, before the guard."""
+
+    condition: str
+    action: str
+    replaces: int | None = None
+
+
+@dataclass(frozen=True)
+class Extraction:
+    difference: str
+    lessons: list[RawLesson]
+    misleading: list[int]
+    useful: list[int]
+
+
 class Reflector:
-    """Runs the three reflection signatures on the reflection LM, with retries on malformed output.
+    """Runs the reflection signatures on the reflection LM, with retries on malformed output.
 
     Args:
         lm: the reflection LM; None means ``dspy.settings.lm`` at call time.
+        signatures: the Signature of each step.
         max_retries: extra attempts after a failed or unparsable call.
         retry_temperature: sampling temperature of the retries, so a retry is a new sample.
         timeout: wall-clock seconds one attempt may take before it is abandoned and retried.
-        generalize: give a proposed lesson that restates its input (`restated_details`) one
-            rewrite, and drop it if the rewrite still does.
-        max_trajectory_chars: the most characters of trajectory one call sees (a summary sees one
-            trajectory, an extraction without summaries shares this among the group's attempts);
-            longer ones lose their middle. None = no limit.
+        max_tokens: cap on one answer's tokens (None: the LM's own).
+        max_trajectory_chars: the most characters of trajectory one call sees. None = no limit.
     """
 
     def __init__(
         self,
         lm: dspy.BaseLM | None = None,
         *,
+        signatures: ReflectionSignatures | None = None,
         max_retries: int = 2,
         retry_temperature: float = 0.7,
         timeout: float | None = None,
-        generalize: bool = True,
+        max_tokens: int | None = None,
         max_trajectory_chars: int | None = None,
     ):
         self.lm = lm
-        self.timeout = timeout
-        self.generalize = generalize
-        self.max_trajectory_chars = max_trajectory_chars
+        self.signatures = signatures or ReflectionSignatures()
         self.max_retries = max_retries
         self.retry_temperature = retry_temperature
+        self.timeout = timeout
+        self.max_tokens = max_tokens
+        self.max_trajectory_chars = max_trajectory_chars
 
-    def _run(self, signature: type[dspy.Signature], **inputs: Any) -> tuple[dspy.Prediction | None, str | None, Usage]:
+    def _lm_copy(self, base: dspy.BaseLM, attempt: int) -> dspy.BaseLM:
+        settings: dict[str, Any] = {}
+        own_cap = getattr(base, "kwargs", {}).get("max_tokens")
+        if self.max_tokens is not None and (own_cap is None or own_cap > self.max_tokens):
+            settings["max_tokens"] = self.max_tokens
+        if attempt:
+            # The first attempt may come from DSPy's cache (that is what makes resumed runs free);
+            # a retry must be a new sample, hence its own rollout_id and a non-zero temperature.
+            settings.update(rollout_id=attempt, temperature=self.retry_temperature)
+        return base.copy(**settings)
+
+    def run(self, signature: type[dspy.Signature], **inputs: Any) -> tuple[dspy.Prediction | None, str | None, Usage]:
         base = self.lm or dspy.settings.lm
         if base is None:
             return None, "no reflection LM: pass reflection_lm= or call dspy.configure(lm=...)", Usage()
         copies, last_error = [], None
         for attempt in range(self.max_retries + 1):
-            # The first attempt may come from DSPy's cache (that is what makes resumed runs free);
-            # a retry must be a new sample, hence its own rollout_id and a non-zero temperature.
-            lm = base.copy() if attempt == 0 else base.copy(rollout_id=attempt, temperature=self.retry_temperature)
+            lm = self._lm_copy(base, attempt)
             copies.append(lm)
             predictor = dspy.Predict(signature)
             predictor.lm = lm
@@ -256,10 +295,11 @@ class Reflector:
         logger.warning("%s failed after %d attempts: %s", signature.__name__, len(copies), last_error)
         return None, last_error, usage_of(copies)
 
-    def summarize(self, rollout: Rollout, library: ExperienceLibrary) -> RolloutSummary:
-        prediction, error, usage = self._run(
-            SummarizeRollout,
-            task_inputs=_as_text(rollout.inputs),
+    def summarize(self, rollout: Rollout, reference: str, library: ExperienceLibrary) -> RolloutSummary:
+        prediction, error, usage = self.run(
+            self.signatures.summarize,
+            task_inputs=as_text(rollout.inputs),
+            reference=reference,
             trajectory=clip_middle(format_trajectory(rollout), self.max_trajectory_chars),
             outcome=format_outcome(rollout),
             experience_library=render_library(library),
@@ -270,94 +310,65 @@ class Reflector:
             rollout.example_index,
             rollout.sample_index,
             summary=str(prediction.summary),
-            experiences_used=[str(x) for x in (prediction.experiences_used or [])],
-            where_it_went_wrong=str(prediction.where_it_went_wrong),
+            experiences_used=parse_ids(prediction.experiences_used, library),
+            first_divergence=str(prediction.first_divergence),
             usage=usage,
         )
 
     def extract(
         self,
-        example: dspy.Example,
+        task_text: str,
+        reference: str,
         group: GroupOutcome,
         summaries: dict[int, RolloutSummary],
         library: ExperienceLibrary,
         *,
-        use_ground_truth: bool,
-        max_proposals: int,
-    ) -> Proposal:
-        prediction, error, usage = self._run(
-            ExtractLessons,
-            task_inputs=_as_text(example.inputs().toDict()),
-            reference=format_reference(example, use_ground_truth),
+        max_lessons: int,
+        max_words: int,
+    ) -> tuple[Extraction | None, str | None, Usage]:
+        prediction, error, usage = self.run(
+            self.signatures.extract,
+            task_inputs=task_text,
+            reference=reference,
             attempts=format_attempts(group, summaries, self.max_trajectory_chars),
             experience_library=render_library(library),
-            max_proposals=max_proposals,
-            max_words=library.max_words or 60,
+            max_lessons=max_lessons,
+            max_words=max_words,
         )
         if prediction is None:
-            return Proposal(group.example_index, error=error, usage=usage)
-        ops = [_as_proposal(EditOp.coerce(op), library) for op in (prediction.proposals or [])]
-        kept = [op for op in ops if op is not None][:max_proposals]
-        dropped: list[dict[str, Any]] = []
-        if self.generalize:
-            # Labels are checked only when the reflection may see them (not under ground_truth=False).
-            answers = [_as_text(v) for v in example.labels().values()] if use_ground_truth else []
-            kept, dropped, generalize_usage = self._generalize(kept, _as_text(example.inputs().toDict()), answers,
-                                                               library.max_words or 60)
-            usage = usage + generalize_usage
-        if library.max_words is not None:
-            kept, shorten_usage = self._fit_word_limit(kept, library.max_words)
-            usage = usage + shorten_usage
-        return Proposal(group.example_index, ops=[op.model_dump(exclude_none=True) for op in kept], usage=usage,
-                        dropped=dropped)
+            return None, error, usage
+        lessons = []
+        for item in list(prediction.lessons or [])[:max_lessons]:
+            data = item.model_dump() if hasattr(item, "model_dump") else dict(item)
+            replaces = parse_ids([data.get("replaces")], library) if data.get("replaces") is not None else []
+            lessons.append(RawLesson(str(data.get("condition") or ""), str(data.get("action") or ""),
+                                     replaces[0] if replaces else None))
+        return Extraction(str(prediction.difference or ""), lessons, parse_ids(prediction.misleading, library),
+                          parse_ids(getattr(prediction, "useful", None), library)), None, usage
 
-    def _generalize(
-        self, ops: list[EditOp], task_text: str, answers: Sequence[str], max_words: int
-    ) -> tuple[list[EditOp], list[dict[str, Any]], Usage]:
-        """Ask once to generalize each lesson that restates its input; drop one whose rewrite still does."""
-        usage, kept, dropped = Usage(), [], []
-        for op in ops:
-            problem = restated_details(op.text, task_text, answers) if op.text else None
-            if problem is None:
-                kept.append(op)
-                continue
-            prediction, _, spent = self._run(GeneralizeLesson, lesson=op.text, task_input=task_text,
-                                             problem=problem, max_words=max_words)
-            usage = usage + spent
-            rewritten = str(prediction.general_lesson).strip() if prediction is not None else ""
-            if rewritten and restated_details(rewritten, task_text, answers) is None:
-                kept.append(op.model_copy(update={"text": rewritten}))
-                continue
-            logger.info("dropped a proposed lesson that restates its input (%s): %s", problem, op.text)
-            dropped.append({**op.model_dump(exclude_none=True), "dropped_because": problem})
-        return kept, dropped, usage
-
-    def _fit_word_limit(self, ops: list[EditOp], max_words: int) -> tuple[list[EditOp], Usage]:
-        """Ask once to shorten each over-long lesson; one still too long is left for the library to refuse."""
-        usage = Usage()
-        fitted = []
-        for op in ops:
-            if op.text and word_count(normalize_text(op.text)) > max_words:
-                prediction, _, spent = self._run(ShortenLesson, lesson=op.text, max_words=max_words)
-                usage = usage + spent
-                if prediction is not None and str(prediction.short_lesson).strip():
-                    op = op.model_copy(update={"text": str(prediction.short_lesson)})
-            fitted.append(op)
-        return fitted, usage
-
-    def decide(self, proposals: list[Proposal], library: ExperienceLibrary) -> UpdateDecision:
-        prediction, error, usage = self._run(
-            UpdateLibrary,
-            experience_library=render_library(library),
-            proposals=format_proposals(proposals),
+    def decide(self, proposals_text: str, library: ExperienceLibrary) -> tuple[list[EditOp], str | None, Usage]:
+        prediction, error, usage = self.run(
+            self.signatures.update,
+            experience_library=render_library(library, records=True),
+            proposals=proposals_text,
             max_experiences=library.max_experiences or 50,
             max_words=library.max_words or 60,
         )
         if prediction is None:
-            return UpdateDecision(error=error, usage=usage)
-        ops = [EditOp.coerce(op) for op in (prediction.operations or [])]
-        if library.max_words is not None:
-            # The update step may merge proposals into a longer text; shorten it rather than lose it.
-            ops, shorten_usage = self._fit_word_limit(ops, library.max_words)
-            usage = usage + shorten_usage
-        return UpdateDecision(ops=[op.model_dump(exclude_none=True) for op in ops], usage=usage)
+            return [], error, usage
+        ops = []
+        for raw in prediction.operations or []:
+            try:
+                ops.append(EditOp.coerce(raw))
+            except (ValueError, TypeError) as exc:
+                logger.info("ignoring a malformed update operation %r: %s", raw, exc)
+        return ops, None, usage
+
+    def generalize(self, lesson: str, task_text: str, problem: str, max_words: int) -> tuple[str, Usage]:
+        prediction, _, usage = self.run(self.signatures.generalize, lesson=lesson, task_input=task_text,
+                                        problem=problem, max_words=max_words)
+        return (str(prediction.general_lesson).strip() if prediction is not None else ""), usage
+
+    def shorten(self, lesson: str, max_words: int) -> tuple[str, Usage]:
+        prediction, _, usage = self.run(self.signatures.shorten, lesson=lesson, max_words=max_words)
+        return (str(prediction.short_lesson).strip() if prediction is not None else ""), usage

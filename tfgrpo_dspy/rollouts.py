@@ -51,6 +51,11 @@ class Rollout(UsageRecord):
     def failed(self) -> bool:
         return self.error is not None
 
+    @property
+    def scored(self) -> bool:
+        """The rollout ran and its metric answered: its reward is real signal, not infrastructure noise."""
+        return self.error is None and self.metric_error is None
+
     def answer(self, answer_field: str) -> str | None:
         if self.outputs is None or self.outputs.get(answer_field) is None:
             return None
@@ -60,32 +65,38 @@ class Rollout(UsageRecord):
 
 @dataclass(frozen=True)
 class GroupOutcome:
-    """The G rollouts of one example and the group-relative numbers GRPO is named for."""
+    """The G rollouts of one example and the group-relative numbers GRPO is named for.
+
+    Rollouts that crashed or could not be scored are kept for the record but left out of the
+    group's mean, std and advantages: a timeout must not make a group look informative.
+    """
 
     example_index: int
     rollouts: tuple[Rollout, ...]
 
     @property
     def rewards(self) -> list[float]:
-        return [r.score for r in self.rollouts]
+        """The rewards of the scored rollouts."""
+        return [r.score for r in self.rollouts if r.scored]
 
     @property
     def mean(self) -> float:
-        return statistics.fmean(self.rewards) if self.rollouts else 0.0
+        return statistics.fmean(self.rewards) if self.rewards else 0.0
 
     @property
     def std(self) -> float:
-        return statistics.pstdev(self.rewards) if len(self.rollouts) > 1 else 0.0
+        return statistics.pstdev(self.rewards) if len(self.rewards) > 1 else 0.0
 
     @property
     def informative(self) -> bool:
-        """Mixed rewards: some attempts did better than others, so there is something to learn."""
+        """Mixed rewards among the scored rollouts: some did better than others, so there is something to learn."""
         return self.std > 1e-9
 
     @property
-    def advantages(self) -> list[float]:
+    def advantages(self) -> list[float | None]:
+        """(reward - mean) / std per rollout, in order; None for a rollout that was not scored."""
         std = self.std
-        return [(r - self.mean) / std if std > 1e-9 else 0.0 for r in self.rewards]
+        return [((r.score - self.mean) / std if std > 1e-9 else 0.0) if r.scored else None for r in self.rollouts]
 
 
 # -- metrics ------------------------------------------------------------------------------------
@@ -200,12 +211,14 @@ def count_tool_calls(outputs: dict[str, Any] | None) -> int:
 
 def bind_rollout_lms(
     program: dspy.Module, rollout_id: int, temperature: float, sampling_seed: int | None = None
-) -> list[dspy.BaseLM]:
+) -> tuple[list[dspy.BaseLM], dspy.BaseLM | None]:
     """Give every predictor of ``program`` (a private copy) a private LM copy for this rollout.
 
     A predictor's own LM wins over the global one, as in DSPy; one copy per distinct base LM,
     so history is not double counted. ``sampling_seed``, when given, is sent to the provider so
     the rollout can be regenerated exactly (OpenAI, vLLM, SGLang and llama.cpp honour it).
+    Returns the copies and the copy of the context LM (``dspy.settings.lm``), which the rollout
+    runs under so that predictors created inside ``forward()`` use this rollout's copy too.
     """
     settings: dict[str, Any] = {"temperature": temperature}
     if temperature:  # greedy samples are identical anyway, and DSPy warns about a rollout_id at temperature 0
@@ -213,14 +226,19 @@ def bind_rollout_lms(
     if sampling_seed is not None:
         settings["seed"] = sampling_seed
     copies: dict[int, dspy.BaseLM] = {}
+
+    def copy_of(base: dspy.BaseLM) -> dspy.BaseLM:
+        if id(base) not in copies:
+            copies[id(base)] = base.copy(**settings)
+        return copies[id(base)]
+
+    context_lm = copy_of(dspy.settings.lm) if dspy.settings.lm is not None else None
     for name, predictor in program.named_predictors():
         base = predictor.lm or dspy.settings.lm
         if base is None:
             raise ValueError(f"predictor {name!r} has no LM: call dspy.configure(lm=...) or set predictor.lm")
-        if id(base) not in copies:
-            copies[id(base)] = base.copy(**settings)
-        predictor.lm = copies[id(base)]
-    return list(copies.values())
+        predictor.lm = copy_of(base)
+    return list(copies.values()), context_lm
 
 
 def run_rollout(
@@ -242,11 +260,11 @@ def run_rollout(
     A rollout that runs longer than ``timeout`` seconds is abandoned and recorded as failed.
     """
     local = program.deepcopy()
-    lms = bind_rollout_lms(local, rollout_id, temperature, sampling_seed)
+    lms, context_lm = bind_rollout_lms(local, rollout_id, temperature, sampling_seed)
     names = {id(p): n for n, p in local.named_predictors()}
     inputs = example.inputs().toDict()
     prediction, error = None, None
-    with dspy.context(trace=[], disable_history=False):
+    with dspy.context(trace=[], disable_history=False, **({"lm": context_lm} if context_lm else {})):
         try:
             prediction = call_with_timeout(lambda: local(**inputs), timeout)
         except Exception as exc:

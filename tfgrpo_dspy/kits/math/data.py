@@ -99,7 +99,8 @@ def load_dapo_math(
 
 
 def load_aime24(source: str = AIME24_HUB_ID) -> list[dspy.Example]:
-    """AIME 2024 (30 problems). Metadata: ``id``, ``year``, ``url`` when present."""
+    """AIME 2024 (30 problems). Labels: ``answer`` and ``solution`` (for the reflection); metadata ``id``,
+    ``year``, ``url`` when present."""
     return _aime_examples(load_rows(source, split="train"), source, dataset="aime24")
 
 
@@ -124,14 +125,16 @@ def load_gsm8k(
 
     With ``n`` or ``skip``, rows ``[skip, skip + n)`` of the order shuffled with ``seed`` (so two
     calls with the same seed and non-overlapping ranges never share a problem); with neither, all
-    rows in file order. Metadata: ``index`` (the row's position in the split).
+    rows in file order. Labels: ``answer`` and ``solution`` (the worked solution, for the reflection
+    only: it is never an input). Metadata: ``index`` (the row's position in the split).
     """
     _check_count("n", n)
     _check_count("skip", skip)
     rows = load_rows(source, split=split, config="main")
     _require_columns(rows, ("question", "answer"), source)
     examples = [
-        _example(row["question"].strip(), gsm8k_final_answer(row["answer"]), {"index": index})
+        _example(row["question"].strip(), gsm8k_final_answer(row["answer"]),
+                 {"solution": gsm8k_worked_solution(row["answer"]), "index": index})
         for index, row in enumerate(rows)
     ]
     if n is not None or skip:
@@ -148,6 +151,25 @@ def gsm8k_final_answer(solution: str) -> str:
     return match.group(1).replace(",", "").strip()
 
 
+def gsm8k_worked_solution(solution: str) -> str:
+    """The reasoning of a GSM8K solution: the calculator annotations ``<<48/2=24>>`` and the ``####`` line removed."""
+    text = re.sub(r"<<[^<>]*>>", "", solution)
+    return re.sub(r"\n?####.*$", "", text, flags=re.DOTALL).strip()
+
+
+def gsm8k_splits(source: str, *, seed: int, sizes: dict[str, int]) -> dict[str, list[dspy.Example]]:
+    """Disjoint, seeded parts of one GSM8K split (``sizes``: part name -> rows, taken in that order)."""
+    total = sum(sizes.values())
+    examples = load_gsm8k(source, split="train", n=total, seed=seed)
+    if len(examples) < total:
+        raise ValueError(f"source {source!r} has {len(examples)} GSM8K problems; {total} are needed")
+    parts, start = {}, 0
+    for name, size in sizes.items():
+        parts[name] = examples[start : start + size]
+        start += size
+    return parts
+
+
 def _aime_examples(rows: datasets.Dataset, source: str, *, dataset: str) -> list[dspy.Example]:
     problem_column = "problem" if "problem" in rows.column_names else "question"
     _require_columns(rows, (problem_column, "answer"), source)
@@ -155,6 +177,8 @@ def _aime_examples(rows: datasets.Dataset, source: str, *, dataset: str) -> list
     for index, row in enumerate(rows):
         metadata: dict[str, Any] = {key: row[key] for key in ("id", "year", "url") if key in row}
         metadata.setdefault("id", index)
+        if row.get("solution"):  # AIME 2024 has worked solutions: a reflection-only label, never an input
+            metadata["solution"] = str(row["solution"]).strip()
         examples.append(_example(row[problem_column].strip(), str(row["answer"]).strip(), metadata))
     logger.info("Loaded %d %s problems from %s", len(examples), dataset, source)
     return examples

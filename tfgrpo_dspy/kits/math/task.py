@@ -33,7 +33,10 @@ DAPO_EVAL_N = 100
 DAPO_SEED = 42  # the paper's reference shuffles the deduplicated set with seed 42
 GSM8K_TRAIN_N = DAPO_TRAIN_N
 # Paper recipe: groups of 5 at temperature 0.7, 3 epochs; evaluation Mean@32 at temperature 0.3.
-TRAIN_DEFAULTS: dict[str, Any] = {"group_size": 5, "epochs": 3, "temperature": 0.7, "num_threads": 4}
+TRAIN_DEFAULTS: dict[str, Any] = {"group_size": 5, "epochs": 3, "temperature": 0.7, "num_threads": 4,
+                                  "reference_fields": ("answer",)}
+# GSM8K and AIME 2024 keep the source's worked solution: the reflection compares a wrong attempt with it.
+WITH_SOLUTION_DEFAULTS: dict[str, Any] = {**TRAIN_DEFAULTS, "reference_fields": ("answer", "solution")}
 AIME_EVAL_DEFAULTS: dict[str, Any] = {"k": 32, "temperature": 0.3}
 
 
@@ -114,7 +117,7 @@ AIME24 = Task(
     make_program=make_math_agent,
     program_options=frozenset({"max_iters"}),
     make_metric=make_metric,
-    train_defaults=TRAIN_DEFAULTS,
+    train_defaults=WITH_SOLUTION_DEFAULTS,
     eval_defaults=AIME_EVAL_DEFAULTS,
 )
 
@@ -139,7 +142,7 @@ GSM8K = Task(
     make_program=make_math_agent,
     program_options=frozenset({"max_iters"}),
     make_metric=make_metric,
-    train_defaults=TRAIN_DEFAULTS,
+    train_defaults=WITH_SOLUTION_DEFAULTS,
     eval_defaults={"k": 1, "temperature": 0.3},
     default_train_n=DAPO_TRAIN_N,
 )

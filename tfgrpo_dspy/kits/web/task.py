@@ -19,7 +19,7 @@ from tfgrpo_dspy.kits.web.fetch import FetchPolicy
 from tfgrpo_dspy.kits.web.judge import WebAnswerJudge, overlap_metric
 from tfgrpo_dspy.tasks import Task, TaskData
 
-TRAIN_DEFAULTS = {"group_size": 3, "epochs": 3, "temperature": 0.7}
+TRAIN_DEFAULTS = {"group_size": 3, "epochs": 3, "temperature": 0.7, "reference_fields": ("answer",)}
 EVAL_DEFAULTS = {"k": 1, "temperature": 0.3}
 DEFAULT_TRAIN_N = 51
 DEFAULT_EVAL_N = 68

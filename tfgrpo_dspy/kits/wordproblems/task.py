@@ -19,7 +19,8 @@ DEMO_FAMILIES = ("distractor", "dozens", "each_of", "minutes_hours", "percent_of
 DEMO_TRAIN_N = 6  # one per demo family
 DEMO_HELDOUT_N = 9
 # Groups of 4 fill the 4 parallel sequences; one epoch over the whole set = one library update.
-TRAIN_DEFAULTS = {"group_size": 4, "epochs": 1, "temperature": 0.7, "num_threads": 4}
+TRAIN_DEFAULTS = {"group_size": 4, "epochs": 1, "temperature": 0.7, "num_threads": 4,
+                  "reference_fields": ("answer",)}
 EVAL_DEFAULTS = {"k": 1, "temperature": 0.3}
 
 

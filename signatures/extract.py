@@ -1,0 +1,43 @@
+"""Step 2: the group comparison that turns rewards into at most a few general lessons (or none)."""
+
+import dspy
+from pydantic import BaseModel, Field
+
+
+class ProposedLesson(BaseModel):
+    """One lesson, in two parts that code checks and renders as "When <condition>, <action>."."""
+
+    condition: str = Field(description="the kind of situation, recognisable in a NEW input: no names, numbers, "
+                           "objects or answers from this one (e.g. 'a price is given per item')")
+    action: str = Field(description="what to do in that situation (e.g. 'multiply it by the number of items first')")
+    replaces: str | None = Field(default=None, description="id of an existing lesson this one corrects or "
+                                 "sharpens, such as E3, or null for a new lesson")
+
+
+class ExtractLesson(dspy.Signature):
+    """Several attempts of the same AI program at the same input were scored. Compare the attempts that
+    scored above the group's average (positive advantage) with those below it and find what made the
+    difference. Then decide whether that difference teaches a GENERAL lesson that would help on OTHER
+    inputs of this task.
+
+    - A lesson is a transferable strategy: a condition that can be recognised in a new input, and what
+      to do then. It never mentions a name, number, object or answer of this input.
+    - If the worse attempts made a one-off slip (a miscount, a typo, a random arithmetic error) that no
+      general advice would prevent, or the difference is already covered by a lesson in the library,
+      return no lesson: an empty list is a good answer.
+    - If an existing lesson misled the worse attempts, list its id as misleading; if the better attempts
+      followed a lesson, list its id as useful.
+    Propose at most max_lessons lessons."""
+
+    task_inputs: str = dspy.InputField(desc="the input all attempts received")
+    reference: str = dspy.InputField(desc="the reference answer and worked solution, or a note that none is known")
+    attempts: str = dspy.InputField(desc="each attempt's reward, advantage ((reward - mean) / std) and summary")
+    experience_library: str = dspy.InputField(desc="the current lessons, as '[E<id>] text' lines")
+    max_lessons: int = dspy.InputField(desc="the most lessons you may propose")
+    max_words: int = dspy.InputField(desc="the most words one lesson (condition and action together) may have")
+    difference: str = dspy.OutputField(desc="what the better attempts did that the worse ones did not, in one or "
+                                       "two sentences")
+    lessons: list[ProposedLesson] = dspy.OutputField(desc="0 to max_lessons general lessons; [] when there is none")
+    misleading: list[str] = dspy.OutputField(desc="ids of existing lessons that misled the worse attempts, such as "
+                                             "['E3']; [] if none")
+    useful: list[str] = dspy.OutputField(desc="ids of existing lessons the better attempts followed; [] if none")
