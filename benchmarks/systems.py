@@ -48,13 +48,17 @@ PHASES = ("policy", "summary", "extract", "update")
 
 def call_kind(system: str) -> str:
     """Which call of the loop a request is, from the output fields its ChatAdapter prompt asks for."""
-    if "[[ ## where_it_went_wrong ## ]]" in system:
+    if "[[ ## first_divergence ## ]]" in system:
         return "summary"
-    if "[[ ## operations ## ]]" in system:  # before "proposals": the update call reads proposals as input
+    if "[[ ## operations ## ]]" in system:
         return "update"
-    if "[[ ## proposals ## ]]" in system:
+    if "[[ ## lessons ## ]]" in system:
         return "extract"
     return "policy"
+
+
+_WORDS = ("apples", "trains", "coins", "ladders", "buckets", "kites", "rivers", "lamps", "boxes", "clocks",
+          "tickets", "gardens", "bridges", "candles", "wagons", "shelves", "pencils", "fences", "barrels", "maps")
 
 
 class FixedLatencyEngine:
@@ -93,16 +97,17 @@ class FixedLatencyEngine:
     def _answer(kind: str, inputs: dict[str, str], attempt: int) -> dict[str, Any]:
         if kind == "summary":
             return {"summary": "1. read the question 2. computed", "experiences_used": [],
-                    "where_it_went_wrong": "nothing"}
+                    "first_divergence": "none"}
         if kind == "extract":
-            # One distinct, general lesson per question (a copy of the question would be generalized first).
-            rule = zlib.crc32(inputs.get("task_inputs", "").encode()) % 10_000
-            lesson = f"When a question lists quantities, check each one (rule {rule})."
-            return {"difference": "the winners checked each quantity",
-                    "proposals": [{"op": "add", "text": lesson, "reason": "winners did"}]}
+            # One distinct, general lesson per question (distinct words, so no two are clustered together).
+            rule = zlib.crc32(inputs.get("task_inputs", "").encode())
+            topic = " and ".join(_WORDS[(rule >> (5 * k)) % len(_WORDS)] for k in range(3))
+            return {"difference": "the winners checked each quantity", "misleading": [], "useful": [],
+                    "lessons": [{"condition": f"a question counts {topic}", "action": "check each count"}]}
         if kind == "update":
-            adds = re.findall(r"- add: (.*?)(?: \(reason: .*\))?$", inputs.get("proposals", ""), re.MULTILINE)
-            return {"operations": [{"op": "add", "text": text, "reason": "proposal"} for text in adds]
+            lessons = re.findall(r"- lesson supported by \d+ example\(s\): (.*)$", inputs.get("proposals", ""),
+                                 re.MULTILINE)
+            return {"operations": [{"op": "add", "text": text, "reason": "proposal"} for text in lessons]
                     or [{"op": "keep"}]}
         number = re.search(r"(\d+)", inputs.get("question", "0")).group(1)
         return {"reasoning": "add two", "answer": str(int(number) + 2) if attempt % 2 == 0 else "wrong"}

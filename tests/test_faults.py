@@ -72,7 +72,7 @@ def test_garbage_from_the_policy_is_scored_not_fatal():
 
     lm = dspy.LM("scripted/model", engine=ScriptedEngine(garbage), cache=False, num_retries=0)
     with dspy.context(lm=lm):
-        compiled = optimizer(max_errors=None).compile(dspy.Predict("question -> answer"), trainset=data())
+        compiled = optimizer().compile(dspy.Predict("question -> answer"), trainset=data())
     step = compiled.tfgrpo_result.steps[0]
     assert step.rollout_errors == 4 and step.mean_reward == 0.0 and len(compiled.experience_library) == 0
 
@@ -80,13 +80,15 @@ def test_garbage_from_the_policy_is_scored_not_fatal():
 def test_garbage_extraction_output_is_retried_then_skipped():
     def bad_lessons(call):
         if call.kind == "extract":
-            return {"proposals": "definitely not json"}
+            return {"lessons": "definitely not json"}
         return policy(call)
 
     engine = ScriptedEngine(bad_lessons)
     lm = dspy.LM("scripted/model", engine=engine, cache=False, num_retries=0)
     with dspy.context(lm=lm):
         compiled = optimizer(reflection_retries=1).compile(dspy.Predict("question -> answer"), trainset=data())
-    step = compiled.tfgrpo_result.steps[0]
-    assert step.informative_groups == 2 and step.reflection_errors == 2
+    # A step whose every extraction failed is not complete: the run stops, and a rerun redoes the reflection.
+    result = compiled.tfgrpo_result
+    assert result.steps == () and "every lesson extraction failed" in result.stopped_reason
     assert len(compiled.experience_library) == 0 and "update" not in engine.kinds()
+    assert engine.kinds().count("extract") == 2 * 2  # two groups, one retry each

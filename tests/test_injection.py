@@ -2,7 +2,7 @@ import dspy
 import pytest
 
 from tfgrpo_dspy import ExperienceLibrary, with_experiences
-from tfgrpo_dspy.injection import BLOCK_END, BLOCK_START
+from tfgrpo_dspy.injection import BLOCK_END, BLOCK_START, library_of
 
 
 def lib(*texts):
@@ -80,9 +80,9 @@ def test_save_then_load_into_fresh_instance_restores_library(tmp_path):
     injected.save(tmp_path / "p.json")
 
     fresh = TwoStep()
-    assert fresh.experience_library is None
+    assert library_of(fresh) is None
     fresh.load(tmp_path / "p.json")
-    restored = fresh.experience_library
+    restored = library_of(fresh)
     assert [(e.id, e.text) for e in restored] == [(2, "When c, do d."), (3, "When e, do f.")]
     assert "[E3] When e, do f." in fresh.polish.signature.instructions
 

@@ -52,7 +52,7 @@ def test_training_free_grpo_compiles_the_browsing_agent(site, lm, tmp_path):
     policy = FetchPolicy(allowed_addresses={"127.0.0.1"}, timeout_s=10.0)
     program = WebWalkerAgent(policy=policy, max_iters=1, page_chars=400, max_links=8)
     optimizer = TrainingFreeGRPO(
-        metric=WebAnswerJudge(lm), group_size=2, epochs=1, num_threads=2, progress=False, max_errors=4
+        metric=WebAnswerJudge(lm), group_size=2, epochs=1, num_threads=2, progress=False, min_errors=4
     )
     with dspy.context(lm=lm):
         compiled = optimizer.compile(program, trainset=trainset)

@@ -1,37 +1,40 @@
 """tfgrpo-dspy: Training-Free GRPO as a DSPy optimizer.
 
     optimizer = TrainingFreeGRPO(metric=metric, group_size=5, epochs=3)
-    compiled = optimizer.compile(program, trainset=trainset)
+    compiled = optimizer.compile(program, trainset=trainset, valset=valset)
     compiled.experience_library.save("library.json")
 """
 
-from tfgrpo_dspy.injection import with_experiences
+from tfgrpo_dspy.injection import ExperiencePredict, library_of, with_experiences
 from tfgrpo_dspy.library import ApplyReport, AuditEntry, EditOp, Experience, ExperienceLibrary, LibraryDiff
-from tfgrpo_dspy.optimizer import (
-    RunEstimate,
-    StepStats,
-    TrainingAborted,
-    TrainingFreeGRPO,
-    TrainingFreeGRPOResult,
-)
+from tfgrpo_dspy.optimizer import TrainingAborted, TrainingFreeGRPO
+from tfgrpo_dspy.results import Candidate, RunEstimate, StepStats, TrainingFreeGRPOResult
 from tfgrpo_dspy.rollouts import GroupOutcome, Rollout
+from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
+from tfgrpo_dspy.stats import PairedComparison, compare_paired
 from tfgrpo_dspy.usage import Usage
 
 __all__ = [
     "ApplyReport",
     "AuditEntry",
+    "Candidate",
     "EditOp",
     "Experience",
     "ExperienceLibrary",
+    "ExperiencePredict",
     "GroupOutcome",
     "LibraryDiff",
+    "PairedComparison",
     "Rollout",
     "RunEstimate",
     "StepStats",
     "TrainingAborted",
     "TrainingFreeGRPO",
     "TrainingFreeGRPOResult",
+    "TrainingFreeGRPOSettings",
     "Usage",
+    "compare_paired",
+    "library_of",
     "with_experiences",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

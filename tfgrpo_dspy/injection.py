@@ -1,20 +1,31 @@
-"""Put a library into a program's instructions, and read it back out.
+"""Put a library into a program's predictors, and read it back out.
 
-The library is rendered between fixed markers after each selected predictor's own
-instructions. Injecting again REPLACES the block, so training (a new library every step)
-and deployment see exactly the same placement. The block is the single source of truth
-for a program's library: a program saved with ``program.save`` and loaded into a fresh
-instance carries it in its instructions, and ``program.experience_library`` parses it back.
+The carrying predictors become `ExperiencePredict`, a `dspy.Predict` that holds the library and
+shows it on every call in one of three placements:
+
+    "instructions"  a marked block after the predictor's own instructions (the system message)
+    "input"         an ``experiences`` input field placed before the task inputs (the user message)
+    "both"          both of the above
+
+With ``top_k``, each call shows only the k lessons most relevant to its inputs (BM25 over the lesson
+texts, query = the input values). Training and deployment use the same class, so the model sees the
+lessons in exactly the same place. The library is saved with the program (``program.save``) as part
+of each predictor's state; with the instructions placement and no ``top_k`` the block is also in the
+saved instructions, so even a plain DSPy program of the same shape that loads the file shows it.
+`library_of` reads a program's library back from either.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import dspy
+from dspy.primitives.module import set_attribute_by_name
 
 from tfgrpo_dspy.library import Experience, ExperienceLibrary
+from tfgrpo_dspy.settings import PLACEMENTS
 
 BLOCK_START = "--- BEGIN EXPERIENCE LIBRARY (tfgrpo-dspy) ---"
 BLOCK_END = "--- END EXPERIENCE LIBRARY ---"
@@ -22,8 +33,11 @@ BLOCK_PREAMBLE = (
     "Lessons learned from earlier attempts at this task. "
     "Apply the ones whose condition fits the current input; ignore the rest."
 )
+EXPERIENCES_FIELD = "experiences"
+EXPERIENCES_DESC = "lessons learned from earlier attempts at this task; apply those whose condition fits this input"
 _BLOCK_RE = re.compile(r"\n*" + re.escape(BLOCK_START) + r".*?" + re.escape(BLOCK_END) + r"\n*", re.DOTALL)
 _LINE_RE = re.compile(r"^\[E(\d+)\] (.+)$")
+_STATE_KEY = "tfgrpo_experiences"
 
 
 def render_block(library: ExperienceLibrary) -> str:
@@ -60,6 +74,90 @@ def parse_block(instructions: str) -> ExperienceLibrary | None:
     return ExperienceLibrary(experiences)
 
 
+def relevant_lessons(library: ExperienceLibrary, query: str, k: int | None) -> ExperienceLibrary:
+    """The ``k`` lessons of ``library`` most relevant to ``query`` (BM25), in library order."""
+    if k is None or len(library) <= k:
+        return library
+    from rank_bm25 import BM25Okapi
+
+    tokenize = _tokens
+    scores = BM25Okapi([tokenize(e.text) for e in library]).get_scores(tokenize(query))
+    ranked = sorted(range(len(library)), key=lambda i: (-scores[i], i))[:k]
+    chosen = {library.experiences[i].id for i in ranked}
+    return ExperienceLibrary([e for e in library if e.id in chosen], max_experiences=library.max_experiences,
+                             max_words=library.max_words, next_id=library.next_id)
+
+
+def _tokens(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+class ExperiencePredict(dspy.Predict):
+    """A `dspy.Predict` that shows an experience library on every call (see the module docstring)."""
+
+    experience_library: ExperienceLibrary
+    placement: str
+    top_k: int | None
+
+    @classmethod
+    def carrying(cls, predictor: dspy.Predict, library: ExperienceLibrary, placement: str, top_k: int | None
+                 ) -> ExperiencePredict:
+        """A copy of ``predictor`` (its signature, demos, LM and config) that carries ``library``."""
+        new = cls.__new__(cls)
+        new.__dict__.update(predictor.__dict__)
+        new.experience_library = library.copy()
+        new.placement = placement
+        new.top_k = top_k
+        base = strip_block(new.signature.instructions)
+        if EXPERIENCES_FIELD in new.signature.input_fields:
+            new.signature = new.signature.delete(EXPERIENCES_FIELD)
+        # The stored signature is what plain DSPy saves: the static block when there is one.
+        static = placement == "instructions" and top_k is None
+        new.signature = new.signature.with_instructions(
+            inject_instructions(base, library) if static else base)
+        return new
+
+    def call_signature(self, inputs: dict[str, Any]) -> tuple[type[dspy.Signature], dict[str, Any]]:
+        """The signature and inputs of one call: the lessons (all, or the top k for these inputs) in place."""
+        query = " ".join(str(v) for v in inputs.values())
+        shown = relevant_lessons(self.experience_library, query, self.top_k)
+        signature = self.signature.with_instructions(strip_block(self.signature.instructions))
+        if not len(shown):
+            return signature, inputs
+        if self.placement in ("instructions", "both"):
+            signature = signature.with_instructions(inject_instructions(signature.instructions, shown))
+        if self.placement in ("input", "both"):
+            signature = signature.prepend(EXPERIENCES_FIELD, dspy.InputField(desc=EXPERIENCES_DESC), type_=str)
+            inputs = {EXPERIENCES_FIELD: shown.render(), **inputs}
+        return signature, inputs
+
+    def forward(self, **kwargs: Any) -> dspy.Prediction:
+        if "signature" in kwargs:  # an explicit per-call signature wins, as in DSPy
+            return super().forward(**kwargs)
+        signature, inputs = self.call_signature(kwargs)
+        return super().forward(signature=signature, **inputs)
+
+    async def aforward(self, **kwargs: Any) -> dspy.Prediction:
+        if "signature" in kwargs:
+            return await super().aforward(**kwargs)
+        signature, inputs = self.call_signature(kwargs)
+        return await super().aforward(signature=signature, **inputs)
+
+    def dump_state(self, json_mode: bool = True) -> dict[str, Any]:
+        state = super().dump_state(json_mode=json_mode)
+        state[_STATE_KEY] = {"library": self.experience_library.to_dict(include_audit=False),
+                             "placement": self.placement, "top_k": self.top_k}
+        return state
+
+    def load_state(self, state: dict[str, Any], **kwargs: Any) -> ExperiencePredict:
+        saved = state.get(_STATE_KEY)
+        super().load_state({k: v for k, v in state.items() if k != _STATE_KEY}, **kwargs)
+        if saved is not None:
+            self.experience_library = ExperienceLibrary.from_dict(saved["library"], origin="saved program")
+            self.placement, self.top_k = saved["placement"], saved["top_k"]
+        return self
+
+
 def select_predictors(program: dspy.Module, names: Sequence[str] | None) -> list[tuple[str, dspy.Predict]]:
     """The named predictors to carry the library; all of them when ``names`` is None."""
     found = program.named_predictors()
@@ -76,60 +174,63 @@ def select_predictors(program: dspy.Module, names: Sequence[str] | None) -> list
     return [(n, known[n]) for n in names]
 
 
-def inject_in_place(program: dspy.Module, library: ExperienceLibrary, predictors: Sequence[str] | None = None) -> None:
-    """Rewrite the selected predictors' signatures of ``program`` itself (callers pass a copy)."""
-    for _, predictor in select_predictors(program, predictors):
-        # with_instructions makes a new Signature class; assigning .instructions would leak into the original.
-        predictor.signature = predictor.signature.with_instructions(
-            inject_instructions(predictor.signature.instructions, library)
-        )
-    program.__dict__["experience_library"] = library.copy()
-
-
 def with_experiences(
-    program: dspy.Module, library: ExperienceLibrary, predictors: Sequence[str] | None = None
+    program: dspy.Module,
+    library: ExperienceLibrary,
+    predictors: Sequence[str] | None = None,
+    *,
+    placement: str = "instructions",
+    top_k: int | None = None,
 ) -> dspy.Module:
-    """A deep copy of ``program`` whose predictors carry ``library`` in their instructions.
+    """A deep copy of ``program`` whose predictors show ``library`` on every call.
 
     Args:
         program: any DSPy module (Predict, ChainOfThought, ReAct, a multi-module program).
-        library: the lessons to inject; an empty library removes a previous block.
+        library: the lessons; an empty library removes a previous one.
         predictors: names from ``program.named_predictors()``; None means every predictor.
+        placement: "instructions", "input" or "both" (see the module docstring).
+        top_k: show each call only its k most relevant lessons; None shows all.
     """
     if not isinstance(program, dspy.Module):
         raise TypeError(f"program must be a dspy.Module, got {type(program).__name__}")
     if not isinstance(library, ExperienceLibrary):
         raise TypeError(f"library must be an ExperienceLibrary, got {type(library).__name__}")
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
     copy = program.deepcopy()
-    inject_in_place(copy, library, predictors)
+    for name, predictor in select_predictors(copy, predictors):
+        carrier = ExperiencePredict.carrying(predictor, library, placement, top_k)
+        if predictor is copy:  # the program is a bare Predict (named "self"): it is the carrier
+            copy = carrier
+        else:
+            set_attribute_by_name(copy, name, carrier)
+    copy.experience_library = library.copy()  # a plain attribute of this copy, for convenience
     return copy
 
 
 def library_of(program: dspy.Module) -> ExperienceLibrary | None:
-    """The library a program carries: the one set by injection, else the one parsed from its instructions."""
-    stored = program.__dict__.get("experience_library")
-    if stored is not None:
-        return stored
+    """The library a program carries: from its `ExperiencePredict` predictors, from a predictor state loaded
+    into a plain predictor, or parsed from an instruction block; None when it carries none."""
     for _, predictor in program.named_predictors():
+        if isinstance(predictor, ExperiencePredict):
+            return predictor.experience_library.copy()
+        saved = getattr(predictor, _STATE_KEY, None)  # a plain Predict that loaded a saved ExperiencePredict
+        if isinstance(saved, dict):
+            return ExperienceLibrary.from_dict(saved["library"], origin="saved program")
         parsed = parse_block(predictor.signature.instructions)
         if parsed is not None:
             return parsed
     return None
 
 
-def _get_experience_library(self: dspy.Module) -> ExperienceLibrary | None:
-    return library_of(self)
-
-
-def _set_experience_library(self: dspy.Module, value: ExperienceLibrary | None) -> None:
-    self.__dict__["experience_library"] = value
-
-
-# `program.experience_library` on every DSPy module, so that a fresh instance loaded from a
-# saved program exposes the library its instructions carry (DSPy's load only restores state).
-if not hasattr(dspy.Module, "experience_library"):
-    dspy.Module.experience_library = property(
-        _get_experience_library,
-        _set_experience_library,
-        doc="The tfgrpo-dspy ExperienceLibrary this program carries in its instructions, or None.",
-    )
+def placement_of(program: dspy.Module) -> tuple[str, int | None] | None:
+    """The (placement, top_k) of a program's library, or None when it carries none."""
+    for _, predictor in program.named_predictors():
+        if isinstance(predictor, ExperiencePredict):
+            return predictor.placement, predictor.top_k
+        saved = getattr(predictor, _STATE_KEY, None)
+        if isinstance(saved, dict):
+            return saved["placement"], saved["top_k"]
+    return None

@@ -2,15 +2,20 @@
 
 Layout (plain JSON a person can read; every file written atomically):
 
-    manifest.json                         settings and data fingerprint; a resume must match it
+    manifest.json                         settings, LMs and data fingerprints; a resume must match it
     state.json                            completed steps, why the run stopped
     library.json                          the library after the last completed step
+    selection/<fingerprint>.json          one library's per-example scores on the selection set
     steps/0003/rollouts/ex0012_s4.json    one rollout: inputs, outputs, trace, score, usage
     steps/0003/summaries/ex0012_s4.json   one rollout summary
-    steps/0003/proposals/ex0012.json      one group's proposed edits
-    steps/0003/update.json                the step's final edit decision
-    steps/0003/step.json                  the step's statistics and audit entries
+    steps/0003/proposals/ex0012.json      one group's proposed lessons (and what the guard dropped)
+    steps/0003/updates/chunk01.json       one update call's decided edits
+    steps/0003/step.json                  the step's statistics, gate decision and audit entries
     steps/0003/library.json               the library after the step
+
+A record that cannot be read (a file truncated or edited by hand) is reported by name and redone;
+the files that say which steps are complete (state, step, library) are never guessed: a damaged one
+is an error that names it.
 """
 
 from __future__ import annotations
@@ -20,9 +25,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tfgrpo_dspy.library import ExperienceLibrary, write_json_atomic
+from tfgrpo_dspy.library import ExperienceLibrary, read_json, write_json_atomic
 
 logger = logging.getLogger(__name__)
+
+
+class RunLogError(ValueError):
+    """A file of the run log that the run cannot do without is damaged; the message names it."""
 
 
 def _settings_added_since(previous: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
@@ -43,90 +52,148 @@ class RunLog:
     def enabled(self) -> bool:
         return self.root is not None
 
+    def _read_required(self, path: Path, what: str) -> Any:
+        try:
+            return read_json(path)
+        except ValueError as exc:
+            raise RunLogError(f"{what} {exc}; restore or delete the file (deleting {path.name} loses what it "
+                              "recorded)") from None
+
     def open(self, manifest: dict[str, Any]) -> bool:
         """Claim the directory for a run with this manifest. Returns True when resuming.
 
-        Raises ValueError when the directory holds a run with different settings or data.
+        Raises ValueError when the directory holds a run with different settings, LMs or data.
         """
         if self.root is None:
             return False
         path = self.root / "manifest.json"
-        if path.exists():
-            previous = json.loads(path.read_text(encoding="utf-8"))
-            added = _settings_added_since(previous, manifest)
-            if added:
-                # A run begun before these settings existed resumes under their current values; the
-                # manifest records them so later resumes compare against the full set.
-                logger.info("resuming a run that predates the settings %s; they apply from now on", added)
-                previous = {**previous, "settings": {**previous["settings"], **added}}
-                write_json_atomic(path, previous)
-            changed = sorted(k for k in set(previous) | set(manifest) if previous.get(k) != manifest.get(k))
-            if changed:
-                details = "; ".join(f"{k}: {previous.get(k)!r} -> {manifest.get(k)!r}" for k in changed[:6])
-                raise ValueError(
-                    f"log_dir {self.root} holds a run with different settings or data ({details}). "
-                    "Use a new log_dir, or restore the original settings to resume it."
-                )
-            return True
-        write_json_atomic(path, manifest)
-        return False
+        if not path.exists():
+            write_json_atomic(path, manifest)
+            return False
+        previous = self._read_required(path, "the run manifest")
+        if not isinstance(previous, dict):
+            raise RunLogError(f"the run manifest {path} is not a JSON object; it is damaged")
+        added = _settings_added_since(previous, manifest)
+        if added:
+            # A run begun before these settings existed resumes under their current values; the
+            # manifest records them so later resumes compare against the full set.
+            logger.info("resuming a run that predates the settings %s; they apply from now on", added)
+            previous = {**previous, "settings": {**previous["settings"], **added}}
+            write_json_atomic(path, previous)
+        old, new = _flatten(previous), _flatten(manifest)
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        if changed:
+            details = "; ".join(f"{k}: {_short(old.get(k))} -> {_short(new.get(k))}" for k in changed[:6])
+            raise ValueError(
+                f"log_dir {self.root} holds a run with different settings, LMs or data ({details}). "
+                "Use a new log_dir, or restore the original settings to resume it."
+            )
+        return True
 
-    def _path(self, step: int, kind: str, key: str) -> Path:
+    def _step_dir(self, step: int) -> Path:
         assert self.root is not None
-        return self.root / "steps" / f"{step:04d}" / kind / f"{key}.json"
+        return self.root / "steps" / f"{step:04d}"
 
     def load(self, step: int, kind: str, key: str) -> dict[str, Any] | None:
+        """One record, or None when it is missing or unreadable (then it is redone)."""
         if self.root is None:
             return None
-        path = self._path(step, kind, key)
+        return self.load_file(self._step_dir(step) / kind / f"{key}.json")
+
+    def load_file(self, path: Path) -> dict[str, Any] | None:
         if not path.exists():
             return None
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:  # cannot happen with atomic writes, unless edited by hand
-            logger.warning("ignoring unreadable record %s; it will be redone", path)
+            data = read_json(path)
+        except ValueError as exc:
+            logger.warning("%s; it will be redone", exc)
             return None
+        if not isinstance(data, dict):
+            logger.warning("%s is not a JSON object; it will be redone", path)
+            return None
+        return data
 
     def save(self, step: int, kind: str, key: str, payload: dict[str, Any]) -> None:
         if self.root is not None:
-            write_json_atomic(self._path(step, kind, key), payload)
+            write_json_atomic(self._step_dir(step) / kind / f"{key}.json", payload)
 
-    def load_step_file(self, step: int, name: str) -> dict[str, Any] | None:
+    def load_selection(self, fingerprint: str) -> dict[str, Any] | None:
         if self.root is None:
             return None
-        path = self.root / "steps" / f"{step:04d}" / f"{name}.json"
-        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+        return self.load_file(self.root / "selection" / f"{fingerprint}.json")
 
-    def save_step_file(self, step: int, name: str, payload: dict[str, Any]) -> None:
+    def save_selection(self, fingerprint: str, payload: dict[str, Any]) -> None:
         if self.root is not None:
-            write_json_atomic(self.root / "steps" / f"{step:04d}" / f"{name}.json", payload)
-
-    def completed_steps(self) -> int:
-        state = self.state()
-        return int(state.get("completed_steps", 0))
+            write_json_atomic(self.root / "selection" / f"{fingerprint}.json", payload)
 
     def state(self) -> dict[str, Any]:
         if self.root is None or not (self.root / "state.json").exists():
             return {}
-        return json.loads((self.root / "state.json").read_text(encoding="utf-8"))
+        state = self._read_required(self.root / "state.json", "the run state")
+        if not isinstance(state, dict) or not isinstance(state.get("completed_steps", 0), int):
+            raise RunLogError(f"the run state {self.root / 'state.json'} is damaged (expected completed_steps)")
+        return state
+
+    def completed_steps(self) -> int:
+        return int(self.state().get("completed_steps", 0))
 
     def finish_step(self, step: int, stats: dict[str, Any], library: ExperienceLibrary) -> None:
         """Commit a step: its stats and library first, then the pointer that says it is done."""
         if self.root is None:
             return
-        self.save_step_file(step, "step", stats)
-        library.save(self.root / "steps" / f"{step:04d}" / "library.json")
+        write_json_atomic(self._step_dir(step) / "step.json", stats)
+        library.save(self._step_dir(step) / "library.json")
         library.save(self.root / "library.json")
         write_json_atomic(self.root / "state.json", {**self.state(), "completed_steps": step, "stopped": None})
+
+    def save_run_record(self, name: str, payload: dict[str, Any]) -> None:
+        """A file about the whole run (e.g. the initial library's record), next to the manifest."""
+        if self.root is not None:
+            write_json_atomic(self.root / f"{name}.json", payload)
+
+    def load_run_record(self, name: str) -> dict[str, Any] | None:
+        return None if self.root is None else self.load_file(self.root / f"{name}.json")
 
     def mark_stopped(self, reason: str) -> None:
         if self.root is not None:
             write_json_atomic(self.root / "state.json", {**self.state(), "stopped": reason})
 
-    def library_after(self, step: int) -> ExperienceLibrary | None:
-        if self.root is None or step == 0:
-            return None
-        return ExperienceLibrary.load(self.root / "steps" / f"{step:04d}" / "library.json")
+    def library_after(self, step: int) -> ExperienceLibrary:
+        """The library a completed step left (step 0 has none: the caller keeps its initial library)."""
+        assert self.root is not None and step >= 1
+        path = self._step_dir(step) / "library.json"
+        if not path.exists():
+            raise RunLogError(f"{path} is missing, yet state.json says step {step} is complete; restore it, or set "
+                              f"completed_steps to {step - 1} in state.json to redo the step")
+        try:
+            return ExperienceLibrary.load(path)
+        except ValueError as exc:
+            raise RunLogError(f"{exc}; restore it, or set completed_steps to {step - 1} in state.json to redo "
+                              "the step") from None
 
-    def step_stats(self, step: int) -> dict[str, Any] | None:
-        return self.load_step_file(step, "step")
+    def step_stats(self, step: int) -> dict[str, Any]:
+        assert self.root is not None
+        path = self._step_dir(step) / "step.json"
+        if not path.exists():
+            raise RunLogError(f"{path} is missing, yet state.json says step {step} is complete; restore it, or set "
+                              f"completed_steps to {step - 1} in state.json to redo the step")
+        stats = self._read_required(path, "the step record")
+        if not isinstance(stats, dict):
+            raise RunLogError(f"{path} is not a JSON object; it is damaged")
+        return stats
+
+
+def _flatten(manifest: dict[str, Any]) -> dict[str, Any]:
+    """``{"settings": {"seed": 0}}`` -> ``{"settings.seed": 0}``: a refused resume names the setting."""
+    flat = {}
+    for key, value in manifest.items():
+        if isinstance(value, dict):
+            flat.update({f"{key}.{inner}": v for inner, v in value.items()})
+        else:
+            flat[key] = value
+    return flat
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 120 else text[:117] + "..."

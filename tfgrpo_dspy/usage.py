@@ -41,6 +41,16 @@ class Usage:
             cost=self.cost + other.cost,
         )
 
+    def __sub__(self, other: Usage) -> Usage:
+        """What was spent between two readings of a running total."""
+        return Usage(
+            calls=self.calls - other.calls,
+            cache_hits=self.cache_hits - other.cache_hits,
+            prompt_tokens=self.prompt_tokens - other.prompt_tokens,
+            completion_tokens=self.completion_tokens - other.completion_tokens,
+            cost=self.cost - other.cost,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "billed_calls": self.billed_calls, "total_tokens": self.total_tokens}
 

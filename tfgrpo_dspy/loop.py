@@ -1,0 +1,247 @@
+"""The step loop: sample -> reflect -> update -> gate, step after step, resumable at every step.
+
+One step (a batch of training examples) runs the phases (`tfgrpo_dspy.phases`), credits the lessons
+the rollouts applied (ACE-style helpful / harmful counters) and prunes those with a harmful record,
+turns the update's edits into a candidate library, and keeps it only if it earns its place on the
+selection set (`tfgrpo_dspy.selection`); when a step with several edits fails, single edits are
+tried alone. The loop returns the best library it saw, the initial one included.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+
+from tfgrpo_dspy.accounting import StopRun
+from tfgrpo_dspy.library import AuditEntry, EditOp, ExperienceLibrary
+from tfgrpo_dspy.phases import Phases, RunContext
+from tfgrpo_dspy.reflection import Proposal, RolloutSummary
+from tfgrpo_dspy.results import Candidate, StepStats, TrainingFreeGRPOResult
+from tfgrpo_dspy.rollouts import GroupOutcome
+from tfgrpo_dspy.selection import LibraryScore, Selector
+from tfgrpo_dspy.usage import Usage
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GateOutcome:
+    library: ExperienceLibrary
+    label: str
+    candidates: list[Candidate] = field(default_factory=list)
+
+
+class StepLoop:
+    """Runs the steps of one compile and picks the library to ship."""
+
+    def __init__(self, ctx: RunContext, selector: Selector | None, initial: ExperienceLibrary):
+        self.ctx = ctx
+        self.phases = Phases(ctx)
+        self.selector = selector
+        self.initial = initial
+        self.library = initial.copy()
+        self.steps: list[StepStats] = []
+        self.candidates: list[Candidate] = []
+        self.end_libraries: dict[int, ExperienceLibrary] = {0: initial.copy()}
+
+    def schedule(self) -> list[tuple[int, list[int]]]:
+        """(epoch, example indices) per step: a seeded shuffle per epoch, cut into batches."""
+        s, n = self.ctx.settings, len(self.ctx.trainset)
+        size = s.batch_size or n
+        steps = []
+        for epoch in range(1, s.epochs + 1):
+            order = list(range(n))
+            random.Random(s.seed * 1000 + epoch).shuffle(order)
+            steps += [(epoch, order[i : i + size]) for i in range(0, n, size)]
+        return steps
+
+    def execute(self, resuming: bool) -> TrainingFreeGRPOResult:
+        log = self.ctx.log
+        done = log.completed_steps() if resuming else 0
+        if done:
+            logger.info("resuming %s after %d completed step(s)", log.root, done)
+            self.library = log.library_after(done)
+            self.steps = [StepStats.from_dict(log.step_stats(s)) for s in range(1, done + 1)]
+            for stats in self.steps:
+                self.ctx.ledger.add("policy", stats.policy_usage)
+                self.ctx.ledger.add("reflection", stats.reflection_usage)
+                self.ctx.ledger.add("selection", stats.selection_usage)
+                self.candidates += stats.candidates
+                self.end_libraries[stats.step] = log.library_after(stats.step)
+        stop_reason = None
+        schedule = self.schedule()
+        initial_usage = self._score_initial()
+        try:
+            for step, (epoch, indices) in enumerate(schedule, start=1):
+                if step > done:
+                    self.ctx.ledger.check_budget()
+                    self.run_step(step, epoch, indices, total=len(schedule))
+        except StopRun as stop:
+            stop_reason = str(stop)
+            logger.warning("stopping early: %s; returning the best library of the completed steps", stop)
+            log.mark_stopped(stop_reason)
+        best_step = self.best_step()
+        return TrainingFreeGRPOResult(
+            library=self.end_libraries[best_step].copy() if best_step is not None else self.library.copy(),
+            steps=tuple(self.steps), candidates=tuple(self.candidates), best_step=best_step,
+            selection_size=len(self.selector.examples) if self.selector else 0, stopped_reason=stop_reason,
+            log_dir=str(log.root) if log.enabled else None, initial_usage=initial_usage)
+
+    def _score_initial(self) -> Usage:
+        if self.selector is None or any(c.step == 0 for c in self.candidates):
+            return Usage()
+        score = self.selector.score(self.initial, "initial")
+        self.candidates.insert(0, self._candidate(0, "initial", self.initial, score, True, "the starting library"))
+        return score.usage
+
+    def best_step(self) -> int | None:
+        """The end-of-step library with the best selection score (ties: the smaller library, then the later step,
+        whose audit log and counters are the most complete); None without a selection set, where the last
+        library is shipped (the paper's recipe)."""
+        if self.selector is None:
+            return None
+        scored = [(self.selector.score(lib, f"after step {step}").mean, -len(lib), step)
+                  for step, lib in self.end_libraries.items()]
+        return max(scored)[2]
+
+    # -- one step -------------------------------------------------------------------------------------
+    def run_step(self, step: int, epoch: int, indices: list[int], *, total: int) -> None:
+        started = time.perf_counter()
+        ledger_before = dict(self.ctx.ledger.by_role)
+        s, phases = self.ctx.settings, self.phases
+        groups = phases.sample(step, self.library, indices)
+        informative = [g for g in groups if g.informative or not s.informative_only]
+        summaries = phases.summarize(step, informative, self.library) if s.summarize else {}
+        proposals = phases.extract(step, informative, summaries, self.library)
+        if proposals and all(p.error for p in proposals):
+            raise StopRun(f"step {step}: every lesson extraction failed ({proposals[0].error}); rerun to redo the "
+                          "step's reflection")
+        self.library.credit(credit_outcomes(informative, summaries, proposals))
+        pruned = self.library.prune(margin=s.prune_margin, min_uses=s.min_uses, step=step)
+        candidate, reports, decisions, clusters = phases.update(step, proposals, self.library)
+        edits = [EditOp(op=e.op, id=e.id, ids=list(e.ids) if e.ids else None, text=e.text, reason=e.reason)
+                 for report in reports for e in report.applied if e.op != "keep"]
+        outcome = self.gate(step, candidate, edits)
+        self.library = outcome.library
+        self.end_libraries[step] = self.library.copy()
+        if self.selector is not None:
+            seen = {c.fingerprint for c in [*self.candidates, *outcome.candidates]}
+            if self.selector.fingerprint(self.library) not in seen:  # pruning changed it, or nothing was scored
+                outcome.candidates.append(self._end_candidate(step))
+        self.candidates += outcome.candidates
+
+        spent = {role: self.ctx.ledger.by_role[role] - ledger_before[role] for role in ledger_before}
+        rollouts = [r for g in groups for r in g.rollouts]
+        stats = StepStats(
+            step=step, epoch=epoch, examples=len(indices), rollouts=len(rollouts),
+            mean_reward=sum(r.score for r in rollouts if r.scored) / max(sum(r.scored for r in rollouts), 1),
+            groups=len(groups), informative_groups=sum(g.informative for g in groups),
+            rollout_errors=sum(r.failed for r in rollouts), metric_errors=sum(r.metric_error is not None
+                                                                              for r in rollouts),
+            reflection_errors=sum(bool(x.error) for x in [*summaries.values(), *proposals, *decisions]),
+            lessons_proposed=sum(p.raw_count for p in proposals), lessons_dropped=sum(len(p.dropped)
+                                                                                      for p in proposals),
+            proposal_clusters=len(clusters), ops_applied=len(edits),
+            ops_refused=sum(len(r.refused) for r in reports) + sum(len(d.refused) for d in decisions),
+            gate=outcome.label, pruned=len(pruned.entries), library_size=len(self.library),
+            library_tokens=self.library.approx_tokens(), tool_calls=sum(r.tool_calls for r in rollouts),
+            policy_usage=spent["policy"], reflection_usage=spent["reflection"], selection_usage=spent["selection"],
+            wall_time_s=round(time.perf_counter() - started, 3), candidates=tuple(outcome.candidates))
+        self.steps.append(stats)
+        audit = [e.to_dict() for r in reports for e in r.entries] + [e.to_dict() for e in pruned.entries]
+        self.ctx.log.finish_step(step, {**stats.to_dict(), "audit": audit}, self.library)
+        logger.info("step %d/%d (epoch %d): reward %.3f, %d/%d groups informative, %d lessons proposed (%d dropped), "
+                    "%d edits, gate: %s; library %d lessons (~%d tokens)", step, total, epoch, stats.mean_reward,
+                    stats.informative_groups, stats.groups, stats.lessons_proposed, stats.lessons_dropped,
+                    stats.ops_applied, stats.gate, stats.library_size, stats.library_tokens)
+
+    # -- the gate -------------------------------------------------------------------------------------
+    def gate(self, step: int, candidate: ExperienceLibrary, edits: list[EditOp]) -> GateOutcome:
+        """The library to keep after this step's edits, and every candidate scored on the way."""
+        current = self.library
+        if candidate.same_lessons(current):
+            return GateOutcome(current, "no change")
+        if self.selector is None:
+            return GateOutcome(candidate, "not gated")
+        s = self.ctx.settings
+        current_score = self.selector.score(current, f"before step {step}")
+        scored = self.selector.score(candidate, f"step {step}")
+        decision = self.selector.gate(current_score, scored)
+        accepted = decision.passed or not s.gate
+        reason = decision.reason if s.gate else f"not gated (gate=False): {decision.reason}"
+        outcome = GateOutcome(candidate if accepted else current, "accepted" if accepted else "rejected",
+                              [self._candidate(step, f"step {step}", candidate, scored, accepted, reason, decision)])
+        if accepted:
+            return outcome
+        if len(edits) > 1 and s.gate_budget:
+            self._try_single_edits(step, edits, outcome)
+        self._audit_rejected(step, edits, outcome, decision.reason)
+        return outcome
+
+    def _try_single_edits(self, step: int, edits: list[EditOp], outcome: GateOutcome) -> None:
+        """Try the step's edits one at a time against the library kept so far (at most gate_budget)."""
+        tried = 0
+        for number, edit in enumerate(edits, start=1):
+            if tried >= self.ctx.settings.gate_budget:
+                break
+            single = outcome.library.copy()
+            single.apply([edit], step=step)
+            if single.same_lessons(outcome.library):
+                continue
+            tried += 1
+            label = f"step {step}, edit {number} alone"
+            base_score = self.selector.score(outcome.library, f"before {label}")
+            scored = self.selector.score(single, label)
+            decision = self.selector.gate(base_score, scored)
+            outcome.candidates.append(self._candidate(step, label, single, scored, decision.passed, decision.reason,
+                                                      decision))
+            if decision.passed:
+                outcome.library = single
+                outcome.label = "partly accepted"
+
+    def _audit_rejected(self, step: int, edits: list[EditOp], outcome: GateOutcome, reason: str) -> None:
+        """Rejected edits stay in the kept library's audit log with the scores that rejected them."""
+        kept_texts = set(outcome.library.texts)
+        for edit in edits:
+            if edit.text is not None and edit.text in kept_texts:
+                continue
+            outcome.library.audit_log.append(AuditEntry(
+                step, edit.op, "refused", f"rejected by the selection gate: {reason}", id=edit.id,
+                ids=tuple(edit.ids) if edit.ids else None, text=edit.text, reason=edit.reason))
+
+    def _candidate(self, step: int, label: str, library: ExperienceLibrary, score: LibraryScore, accepted: bool,
+                   reason: str, decision=None) -> Candidate:  # noqa: ANN001 - a GateDecision or None
+        comparison = decision.comparison if decision is not None else None
+        return Candidate(step=step, label=label, score=score.mean, accepted=accepted, size=len(library),
+                         tokens=library.approx_tokens(), fingerprint=score.fingerprint,
+                         net_wins=comparison.net_wins if comparison else None,
+                         wins=comparison.wins if comparison else None, losses=comparison.losses if comparison else None,
+                         p_value=comparison.p_value if comparison else None, reason=reason)
+
+    def _end_candidate(self, step: int) -> Candidate:
+        score = self.selector.score(self.library, f"after step {step}")
+        return self._candidate(step, f"after step {step}", self.library, score, True, "the library kept after the step")
+
+
+def credit_outcomes(groups: list[GroupOutcome], summaries: dict[tuple[int, int], RolloutSummary],
+                    proposals: list[Proposal]) -> list[tuple[int, float]]:
+    """(lesson id, advantage) for every scored rollout that applied a lesson.
+
+    From the summaries' ``experiences_used`` when there are summaries; without them, from the
+    extraction: lessons the better attempts followed count as one helpful use, lessons that misled
+    the worse attempts as one harmful use.
+    """
+    outcomes = []
+    for group in groups:
+        for rollout, advantage in zip(group.rollouts, group.advantages, strict=True):
+            summary = summaries.get((rollout.example_index, rollout.sample_index))
+            if advantage is None or summary is None or summary.error:
+                continue
+            outcomes += [(lesson_id, advantage) for lesson_id in summary.experiences_used]
+    if not summaries:
+        for proposal in proposals:
+            outcomes += [(lesson_id, 1.0) for lesson_id in proposal.useful]
+            outcomes += [(lesson_id, -1.0) for lesson_id in proposal.misleading]
+    return outcomes

@@ -1,0 +1,151 @@
+"""What a compile returns and records: per-step statistics, the libraries considered, the estimate."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from tfgrpo_dspy.library import ExperienceLibrary
+from tfgrpo_dspy.usage import Usage
+
+_USAGE_FIELDS = ("policy_usage", "reflection_usage", "selection_usage")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One library scored on the selection set: the initial one, a step's edits, or one edit tried alone."""
+
+    step: int  # 0 = the initial library
+    label: str  # "initial", "step 2", "step 2, edit 1 alone"
+    score: float | None  # mean selection score; None when there is no selection set
+    accepted: bool
+    size: int
+    tokens: int
+    fingerprint: str
+    net_wins: int | None = None  # against the library it was compared with
+    wins: int | None = None
+    losses: int | None = None
+    p_value: float | None = None
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Candidate:
+        return cls(**{k: v for k, v in data.items() if k in {f.name for f in fields(cls)}})
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """What one library update step did and cost."""
+
+    step: int
+    epoch: int
+    examples: int
+    rollouts: int
+    mean_reward: float
+    groups: int
+    informative_groups: int
+    rollout_errors: int
+    metric_errors: int
+    reflection_errors: int
+    lessons_proposed: int  # by the extraction, before the guard
+    lessons_dropped: int  # by the guard (restated their example, or too long)
+    proposal_clusters: int  # distinct lessons after clustering near-duplicates
+    ops_applied: int
+    ops_refused: int
+    gate: str  # "accepted", "rejected", "partly accepted", "no change", "not gated"
+    pruned: int
+    library_size: int
+    library_tokens: int
+    tool_calls: int
+    policy_usage: Usage
+    reflection_usage: Usage
+    selection_usage: Usage
+    wall_time_s: float
+    candidates: tuple[Candidate, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in _USAGE_FIELDS:
+            data[name] = data[name].to_dict()
+        data["candidates"] = [c.to_dict() for c in self.candidates]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepStats:
+        known = {k: v for k, v in data.items() if k in {f.name for f in fields(cls)}}
+        known.update({name: Usage.from_dict(data.get(name)) for name in _USAGE_FIELDS})
+        known["candidates"] = tuple(Candidate.from_dict(c) for c in data.get("candidates", []))
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class TrainingFreeGRPOResult:
+    """The outcome of a compile: the shipped library, every library considered, per-step statistics."""
+
+    library: ExperienceLibrary
+    steps: tuple[StepStats, ...]
+    candidates: tuple[Candidate, ...] = ()
+    best_step: int | None = None  # the step whose library is shipped (0 = the initial library)
+    selection_size: int = 0
+    stopped_reason: str | None = None
+    log_dir: str | None = None
+    initial_usage: Usage = field(default_factory=Usage)  # scoring the initial library
+
+    @property
+    def policy_usage(self) -> Usage:
+        return Usage.total(s.policy_usage for s in self.steps)
+
+    @property
+    def reflection_usage(self) -> Usage:
+        return Usage.total(s.reflection_usage for s in self.steps)
+
+    @property
+    def selection_usage(self) -> Usage:
+        return self.initial_usage + Usage.total(s.selection_usage for s in self.steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "library": self.library.to_dict(include_audit=False),
+            "best_step": self.best_step,
+            "selection_size": self.selection_size,
+            "candidates": [c.to_dict() for c in self.candidates],
+            "steps": [s.to_dict() for s in self.steps],
+            "stopped_reason": self.stopped_reason,
+            "log_dir": self.log_dir,
+            "policy_usage": self.policy_usage.to_dict(),
+            "reflection_usage": self.reflection_usage.to_dict(),
+            "selection_usage": self.selection_usage.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class RunEstimate:
+    """Upper bounds on the work of a run, computed before spending anything (retries not counted)."""
+
+    steps: int
+    rollouts: int
+    policy_calls_min: int
+    max_summary_calls: int
+    max_extraction_calls: int
+    max_update_calls: int
+    max_rewrite_calls: int  # generalize and shorten, for proposals and update texts
+    max_selection_calls: int
+
+    @property
+    def max_reflection_calls(self) -> int:
+        return self.max_summary_calls + self.max_extraction_calls + self.max_update_calls + self.max_rewrite_calls
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "max_reflection_calls": self.max_reflection_calls}
+
+    def __str__(self) -> str:
+        return (
+            f"{self.steps} steps, {self.rollouts} rollouts (>= {self.policy_calls_min} policy LM calls; "
+            "more for multi-step programs such as ReAct), at most "
+            f"{self.max_reflection_calls} reflection calls ({self.max_summary_calls} summaries, "
+            f"{self.max_extraction_calls} extractions, {self.max_update_calls} updates, {self.max_rewrite_calls} "
+            f"rewrites) and {self.max_selection_calls} selection-set program runs; retries not counted"
+        )

@@ -1,0 +1,127 @@
+"""The selection set: libraries earn their place by measured effect, not by being proposed.
+
+Every library considered (the initial one, each step's candidate, single edits tried alone) runs the
+same program with the same placement and decoding on the same selection examples, so two libraries
+are compared pairwise, example by example. A candidate replaces the current library only when its
+net wins (examples it gets right that the current library gets wrong, minus the reverse) reach
+``gate_margin``: on a small model any change of the prompt moves answers both ways, so "not worse by
+one example" is noise, not evidence. Scores are kept in the run log by library fingerprint, so a
+resumed run never rescores a library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import dspy
+import tqdm
+
+from tfgrpo_dspy.accounting import Ledger
+from tfgrpo_dspy.injection import with_experiences
+from tfgrpo_dspy.library import ExperienceLibrary
+from tfgrpo_dspy.parallel import map_in_threads
+from tfgrpo_dspy.rollouts import Rollout, run_rollout
+from tfgrpo_dspy.runlog import RunLog
+from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
+from tfgrpo_dspy.stats import PairedComparison, compare_paired, one_sided_sign_test
+from tfgrpo_dspy.usage import Usage
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LibraryScore:
+    """One library's per-example scores on the selection set."""
+
+    fingerprint: str
+    scores: tuple[float, ...]
+    usage: Usage
+
+    @property
+    def mean(self) -> float:
+        return sum(self.scores) / len(self.scores) if self.scores else 0.0
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """A candidate against the current library: the paired comparison and whether it passes."""
+
+    comparison: PairedComparison
+    passed: bool
+    reason: str
+
+
+class Selector:
+    """Scores libraries on the selection examples and decides whether a candidate replaces the current one."""
+
+    def __init__(
+        self,
+        program: dspy.Module,
+        examples: Sequence[dspy.Example],
+        metric: Callable,
+        settings: TrainingFreeGRPOSettings,
+        log: RunLog,
+        ledger: Ledger,
+    ):
+        self.program = program
+        self.examples = list(examples)
+        self.metric = metric
+        self.settings = settings
+        self.log = log
+        self.ledger = ledger
+        self._scores: dict[str, LibraryScore] = {}
+
+    def fingerprint(self, library: ExperienceLibrary) -> str:
+        """Same lessons, placement and decoding -> same fingerprint (counters and audit do not matter)."""
+        s = self.settings
+        key = f"{library.render()}\n{s.placement}\n{s.top_k}\n{s.predictors}\n{s.selection_temperature}"
+        return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+    def score(self, library: ExperienceLibrary, label: str) -> LibraryScore:
+        fingerprint = self.fingerprint(library)
+        if fingerprint in self._scores:
+            return self._scores[fingerprint]
+        recorded = self.log.load_selection(fingerprint)
+        if recorded is not None and len(recorded.get("scores", [])) == len(self.examples):
+            result = LibraryScore(fingerprint, tuple(recorded["scores"]), Usage.from_dict(recorded.get("usage")))
+            self.ledger.add("selection", result.usage)  # paid for in an earlier session
+        else:
+            result = self._run(library, fingerprint, label)
+            self.log.save_selection(fingerprint, {"label": label, "library": library.texts,
+                                                  "scores": list(result.scores), "usage": result.usage.to_dict()})
+        self._scores[fingerprint] = result
+        logger.info("selection: %s scores %.3f on %d examples", label, result.mean, len(self.examples))
+        return result
+
+    def _run(self, library: ExperienceLibrary, fingerprint: str, label: str) -> LibraryScore:
+        s = self.settings
+        program = with_experiences(self.program, library, s.predictors, placement=s.placement, top_k=s.top_k)
+        salt = int(fingerprint[:8], 16) * 10**4  # rollout ids unique per library when decoding samples
+
+        def run(index: int) -> Rollout:
+            return run_rollout(program, self.examples[index], example_index=index, sample_index=0,
+                               rollout_id=salt + index, temperature=s.selection_temperature, metric=self.metric,
+                               failure_score=s.failure_score, timeout=s.call_timeout)
+
+        scores: dict[int, float] = {}
+        usage = Usage()
+        with tqdm.tqdm(total=len(self.examples), desc=f"selection: {label}", disable=not s.progress,
+                       leave=False) as bar:
+            for index, rollout in map_in_threads(run, range(len(self.examples)), s.num_threads):
+                bar.update(1)
+                scores[index] = rollout.score if rollout.scored else s.failure_score
+                usage = usage + rollout.usage
+                self.ledger.record("selection", rollout.usage, rollout.error or rollout.metric_error, "selection")
+        return LibraryScore(fingerprint, tuple(scores[i] for i in range(len(self.examples))), usage)
+
+    def gate(self, current: LibraryScore, candidate: LibraryScore) -> GateDecision:
+        comparison = compare_paired(current.scores, candidate.scores)
+        margin = self.settings.gate_margin
+        p = one_sided_sign_test(comparison.wins, comparison.losses)
+        passed = comparison.net_wins >= margin
+        reason = (f"{comparison.wins} won / {comparison.losses} lost on {comparison.n} selection examples "
+                  f"(net {comparison.net_wins:+d}, needs {margin:+d}; one-sided sign test p={p:.3f})")
+        return GateDecision(comparison, passed, reason)
