@@ -103,6 +103,7 @@ def test_in_a_mixed_step_the_good_edit_survives_and_the_bad_one_does_not():
     assert labels[:2] == [("initial", True), ("step 1", False)]  # both edits together: BAD wins, all wrong
     assert ("step 1, edit 1 alone", True) in labels or ("step 1, edit 2 alone", True) in labels
     assert result.steps[0].gate == "partly accepted"
+    assert compiled.experience_library.experiences[0].sources == (0,)  # provenance survives a single-edit trial
 
 
 def test_the_empty_library_wins_when_every_candidate_is_worse():

@@ -26,6 +26,14 @@ from tfgrpo_dspy.usage import Usage
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Edit:
+    """One applied edit of a step and the training examples its lesson came from."""
+
+    op: EditOp
+    sources: tuple[int, ...] = ()
+
+
 @dataclass
 class GateOutcome:
     library: ExperienceLibrary
@@ -121,7 +129,8 @@ class StepLoop:
         self.library.credit(credit_outcomes(informative, summaries, proposals))
         pruned = self.library.prune(margin=s.prune_margin, min_uses=s.min_uses, step=step)
         candidate, reports, decisions, clusters = phases.update(step, proposals, self.library)
-        edits = [EditOp(op=e.op, id=e.id, ids=list(e.ids) if e.ids else None, text=e.text, reason=e.reason)
+        edits = [Edit(EditOp(op=e.op, id=e.id, ids=list(e.ids) if e.ids else None, text=e.text, reason=e.reason),
+                      candidate[e.result_id].sources if e.result_id in candidate else ())
                  for report in reports for e in report.applied if e.op != "keep"]
         outcome = self.gate(step, candidate, edits)
         self.library = outcome.library
@@ -158,7 +167,7 @@ class StepLoop:
                     stats.ops_applied, stats.gate, stats.library_size, stats.library_tokens)
 
     # -- the gate -------------------------------------------------------------------------------------
-    def gate(self, step: int, candidate: ExperienceLibrary, edits: list[EditOp]) -> GateOutcome:
+    def gate(self, step: int, candidate: ExperienceLibrary, edits: list[Edit]) -> GateOutcome:
         """The library to keep after this step's edits, and every candidate scored on the way."""
         current = self.library
         if candidate.same_lessons(current):
@@ -180,14 +189,14 @@ class StepLoop:
         self._audit_rejected(step, edits, outcome, decision.reason)
         return outcome
 
-    def _try_single_edits(self, step: int, edits: list[EditOp], outcome: GateOutcome) -> None:
+    def _try_single_edits(self, step: int, edits: list[Edit], outcome: GateOutcome) -> None:
         """Try the step's edits one at a time against the library kept so far (at most gate_budget)."""
         tried = 0
         for number, edit in enumerate(edits, start=1):
             if tried >= self.ctx.settings.gate_budget:
                 break
             single = outcome.library.copy()
-            single.apply([edit], step=step)
+            single.apply([edit.op], step=step, sources=edit.sources)
             if single.same_lessons(outcome.library):
                 continue
             tried += 1
@@ -201,10 +210,10 @@ class StepLoop:
                 outcome.library = single
                 outcome.label = "partly accepted"
 
-    def _audit_rejected(self, step: int, edits: list[EditOp], outcome: GateOutcome, reason: str) -> None:
+    def _audit_rejected(self, step: int, edits: list[Edit], outcome: GateOutcome, reason: str) -> None:
         """Rejected edits stay in the kept library's audit log with the scores that rejected them."""
         kept_texts = set(outcome.library.texts)
-        for edit in edits:
+        for edit in (e.op for e in edits):
             if edit.text is not None and edit.text in kept_texts:
                 continue
             outcome.library.audit_log.append(AuditEntry(
