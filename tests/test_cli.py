@@ -115,3 +115,54 @@ def test_program_options_reach_the_task_program_or_are_refused(monkeypatch, tmp_
     assert "--allow-address does not apply to task 'gsm8k'" in capsys.readouterr().err
     assert run("eval", "--task", "webwalkerqa", "--allow-address", "localhost") == 2
     assert "not an IP address" in capsys.readouterr().err
+
+
+def test_train_with_a_selection_set_prints_the_candidates_and_reports(scripted, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run("train", "--task", "wordproblems", "--n", "2", "--val-n", "2", "--group-size", "2", "--epochs", "1",
+               "--num-threads", "2", "--out", str(out)) == 0
+    printed = capsys.readouterr().out
+    assert "selection set: 2 examples" in printed and "initial" in printed
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["selection_size"] == 2 and stats["candidates"][0]["label"] == "initial"
+    assert run("report", str(out / "log")) == 0
+    assert (out / "log" / "report.html").exists() and "report.html" in capsys.readouterr().out
+
+
+def test_train_flags_no_gate_placement_and_warm_start(scripted, tmp_path):
+    start = ExperienceLibrary.from_texts(["When lengths mix meters and centimeters, convert first."])
+    start.save(tmp_path / "start.json")
+    args = cli.build_parser().parse_args(["train", "--task", "wordproblems", "--out", "x", "--no-gate",
+                                          "--placement", "input", "--top-k", "2", "--val-fraction", "0"])
+    settings = cli._train_settings(cli.TASKS["wordproblems"], args)
+    assert settings["gate"] is False and settings["placement"] == "input" and settings["top_k"] == 2
+    assert settings["val_fraction"] == 0
+    assert run("train", "--task", "wordproblems", "--n", "2", "--group-size", "2", "--epochs", "1", "--library",
+               str(tmp_path / "start.json"), "--out", str(tmp_path / "warm")) == 0
+    first_policy = next(c for c in scripted._engine_spec.calls if c.kind == "policy")
+    assert "convert first" in first_policy.system
+    assert run("train", "--task", "wordproblems", "--n", "2", "--val-n", "0", "--out", str(tmp_path / "y")) == 2
+
+
+def test_a_report_of_a_directory_that_is_no_run_is_one_line(tmp_path, capsys):
+    assert run("report", str(tmp_path)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tfgrpo report: error:") and "manifest.json" in err and "\n" not in err
+
+
+def router(call):
+    reply = default_reflection(call)
+    if reply is not None:
+        return reply
+    return {"queue": "general"}
+
+
+def test_demo_shows_the_selection_and_an_honest_paired_verdict(monkeypatch, tmp_path, capsys):
+    lm = scripted_lm(router)
+    monkeypatch.setattr(cli, "make_lm", lambda spec, **kwargs: lm)
+    assert run("demo", "--train-n", "4", "--selection-n", "3", "--heldout-n", "6", "--out", str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert "[1/3]" in out and "[3/3]" in out and "initial" in out and "shipped:" in out
+    assert "no measurable change (+0.0 points, 95% CI [+0.0, +0.0]" in out  # the same answers before and after
+    record = json.loads((tmp_path / "demo.json").read_text())
+    assert record["task"] == "tickets" and record["comparison"]["n"] == 6

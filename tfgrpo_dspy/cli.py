@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,16 +14,19 @@ import dspy
 
 from tfgrpo_dspy.evaluation import EvalReport, evaluate_at_k
 from tfgrpo_dspy.kits.math.task import MATH_TASKS
+from tfgrpo_dspy.kits.tickets.task import TICKET_TASKS
 from tfgrpo_dspy.kits.web.task import WEB_TASKS
 from tfgrpo_dspy.kits.wordproblems.task import WORDPROBLEM_TASKS
 from tfgrpo_dspy.library import ExperienceLibrary, write_json_atomic
 from tfgrpo_dspy.lm import make_lm
-from tfgrpo_dspy.optimizer import TrainingFreeGRPO, TrainingFreeGRPOResult
+from tfgrpo_dspy.optimizer import TrainingAborted, TrainingFreeGRPO
+from tfgrpo_dspy.results import TrainingFreeGRPOResult
 from tfgrpo_dspy.tasks import Task, TaskData
 
 logger = logging.getLogger("tfgrpo_dspy")
 
-TASKS: dict[str, Task] = {**WORDPROBLEM_TASKS, **MATH_TASKS, **WEB_TASKS}
+TASKS: dict[str, Task] = {**WORDPROBLEM_TASKS, **TICKET_TASKS, **MATH_TASKS, **WEB_TASKS}
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # newlines kept: they separate lines
 
 
 # -- argument groups ----------------------------------------------------------------------------
@@ -74,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="extraction reads trajectories instead of per-rollout summaries (fewer calls)")
     train.add_argument("--no-generalize", action="store_true",
                        help="keep proposed lessons that restate their training input instead of rewriting them")
+    train.add_argument("--library", help="warm start: begin from this library JSON (its ids are kept)")
+    train.add_argument("--val-n", type=int, help="hold out this many more examples of the source as the selection "
+                       "set (default: the optimizer's val_fraction of the training examples)")
+    train.add_argument("--val-fraction", type=float, help="share of the training examples held out for selection "
+                       "(0 = no selection: every step's edits are kept, the paper's recipe)")
+    train.add_argument("--no-gate", action="store_true", help="keep every step's edits; ship the best scored library")
+    train.add_argument("--placement", choices=["instructions", "input", "both"], help="where the lessons go")
+    train.add_argument("--top-k", type=int, help="show each call only its k most relevant lessons")
     train.add_argument("--max-lm-calls", type=int, help="stop cleanly after this many billed LM calls")
     train.add_argument("--max-tokens-budget", type=int, help="stop cleanly after this many tokens")
     train.add_argument("--max-cost", type=float, help="stop cleanly after this many USD (where the LM reports cost)")
@@ -90,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--num-threads", type=int, default=4)
     evaluate.add_argument("--out", help="write the reports as JSON here")
 
+    report = sub.add_parser("report", help="an HTML page (and a PNG of its charts) of a training run")
+    report.add_argument("run_dir", help="a run's log directory (OUT/log of tfgrpo train)")
+    report.add_argument("--out", help="where to write the HTML (default RUN_DIR/report.html)")
+
     show = sub.add_parser("show", help="print a library")
     show.add_argument("library")
     show.add_argument("--audit", action="store_true", help="also print the audit log")
@@ -101,8 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the main job on the embedded model, offline: before, train, after")
     demo.add_argument("--lm", default="local", help="LM to use (default: the embedded model)")
     demo.add_argument("--out", default="tfgrpo-demo", help="output folder (resumable log in OUT/log)")
-    demo.add_argument("--train-n", type=int, help="training problems")
-    demo.add_argument("--heldout-n", type=int, help="held-out problems")
+    demo.add_argument("--task", default="tickets", choices=sorted(TASKS), help="the task (default: tickets, where "
+                      "lessons measurably help the embedded model)")
+    demo.add_argument("--train-n", type=int, help="training examples")
+    demo.add_argument("--selection-n", type=int, help="selection examples (libraries must win on them)")
+    demo.add_argument("--heldout-n", type=int, help="held-out examples")
     demo.add_argument("--seed", type=int, default=0)
 
     sub.add_parser("tasks", help="list the tasks")
@@ -133,7 +151,8 @@ def _make_program(task: Task, args: argparse.Namespace) -> dspy.Module:
 
 def _format_usage(result: TrainingFreeGRPOResult) -> str:
     lines = []
-    for role, usage in (("policy", result.policy_usage), ("reflection", result.reflection_usage)):
+    for role, usage in (("policy", result.policy_usage), ("reflection", result.reflection_usage),
+                        ("selection", result.selection_usage)):
         cost = f", ${usage.cost:.4f}" if usage.cost else ""
         lines.append(f"  {role:<10} {usage.calls} calls ({usage.cache_hits} cached), "
                      f"{usage.prompt_tokens} prompt + {usage.completion_tokens} completion tokens{cost}")
@@ -141,19 +160,38 @@ def _format_usage(result: TrainingFreeGRPOResult) -> str:
 
 
 def format_steps(result: TrainingFreeGRPOResult) -> str:
-    header = "step epoch  reward  informative  applied refused  library  ~tokens  policy_tok  reflect_tok  time_s"
+    header = ("step epoch  reward  informative  lessons dropped  edits  gate             library  ~tokens  "
+              "policy_tok  reflect_tok  select_tok  time_s")
     rows = [header]
     for s in result.steps:
         rows.append(
             f"{s.step:>4} {s.epoch:>5}  {s.mean_reward:>6.3f}  {s.informative_groups:>5}/{s.groups:<5}  "
-            f"{s.ops_applied:>7} {s.ops_refused:>7}  {s.library_size:>7}  {s.library_tokens:>7}  "
-            f"{s.policy_usage.total_tokens:>10}  {s.reflection_usage.total_tokens:>11}  {s.wall_time_s:>6.0f}"
+            f"{s.lessons_proposed:>7} {s.lessons_dropped:>7}  {s.ops_applied:>5}  {s.gate:<15}  {s.library_size:>7}  "
+            f"{s.library_tokens:>7}  {s.policy_usage.total_tokens:>10}  {s.reflection_usage.total_tokens:>11}  "
+            f"{s.selection_usage.total_tokens:>10}  {s.wall_time_s:>6.0f}"
         )
     return "\n".join(rows)
 
 
+def format_candidates(result: TrainingFreeGRPOResult) -> str:
+    """The libraries scored on the selection set, with each decision; empty without a selection set."""
+    if not result.candidates:
+        return ""
+    rows = [f"selection set: {result.selection_size} examples; shipped: the library after step {result.best_step}"
+            if result.best_step else f"selection set: {result.selection_size} examples; shipped: the initial library"]
+    for c in result.candidates:
+        decision = "accepted" if c.accepted else "rejected"
+        rows.append(f"  {c.label:<26} score {c.score:.3f}  {decision:<8}  {c.size:>3} lessons  {c.reason}")
+    return "\n".join(rows)
+
+
+def printable(text: str) -> str:
+    """Lesson texts come from an LM: show control characters (terminal escapes) as visible escapes."""
+    return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
+
+
 def _print_library(library: ExperienceLibrary) -> None:
-    print(library.render() or "(empty library)")
+    print(printable(library.render()) or "(empty library)")
 
 
 def _train_settings(task: Task, args: argparse.Namespace) -> dict[str, Any]:
@@ -163,6 +201,7 @@ def _train_settings(task: Task, args: argparse.Namespace) -> dict[str, Any]:
         "temperature": args.temperature, "max_experiences": args.max_experiences, "max_words": args.max_words,
         "num_threads": args.num_threads, "max_lm_calls": args.max_lm_calls,
         "max_tokens_budget": args.max_tokens_budget, "max_cost": args.max_cost,
+        "val_fraction": args.val_fraction, "placement": args.placement, "top_k": args.top_k,
     }
     settings.update({k: v for k, v in overrides.items() if v is not None})
     if args.no_ground_truth:
@@ -171,31 +210,69 @@ def _train_settings(task: Task, args: argparse.Namespace) -> dict[str, Any]:
         settings.update(summarize=False)
     if args.no_generalize:
         settings.update(generalize_lessons=False)
+    if args.no_gate:
+        settings.update(gate=False)
     return settings
 
 
 # -- commands ----------------------------------------------------------------------------------
+def load_examples(load: Any, data: TaskData, what: str) -> list[dspy.Example]:
+    """A task's examples, or one clear line when the source is empty or unreadable."""
+    try:
+        examples = load(data)
+    except (ValueError, TypeError, FileNotFoundError):
+        raise
+    except Exception as exc:  # the datasets library reports bad files with many exception types
+        where = f"--source {data.source}" if data.source else "the task's default source"
+        raise ValueError(f"{where}: cannot read the {what} examples ({type(exc).__name__}: {exc})") from None
+    if not examples:
+        where = f"--source {data.source}" if data.source else "the task's default source"
+        raise ValueError(f"{where} holds no {what} examples")
+    return examples
+
+
+def _train_data(task: Task, args: argparse.Namespace) -> tuple[list[dspy.Example], list[dspy.Example] | None]:
+    """The training examples and, with --val-n, the selection examples that follow them in the source."""
+    if args.val_n is not None and args.val_n < 1:
+        raise ValueError(f"--val-n must be a positive number of examples, got {args.val_n}")
+    n = args.n if args.n is not None else task.default_train_n
+    if args.val_n is None:
+        return load_examples(task.load_trainset, TaskData(source=args.source, n=args.n, seed=args.seed),
+                             "training"), None
+    if n is None:
+        raise ValueError("--val-n needs --n (how many of the source's examples to train on)")
+    examples = load_examples(task.load_trainset, TaskData(source=args.source, n=n + args.val_n, seed=args.seed),
+                             "training")
+    if len(examples) <= args.val_n:
+        raise ValueError(f"the source has {len(examples)} examples: too few for --n {n} and --val-n {args.val_n}")
+    return examples[:-args.val_n], examples[-args.val_n:]
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     task = TASKS[args.task]
     program = _make_program(task, args)  # before loading data: a bad option fails fast
-    trainset = task.load_trainset(TaskData(source=args.source, n=args.n, seed=args.seed))
+    trainset, valset = _train_data(task, args)
     out = Path(args.out)
     settings = _train_settings(task, args)
+    library = {"initial_library": args.library} if args.library else {}
     if args.estimate:
-        optimizer = TrainingFreeGRPO(metric=task.make_metric(None), seed=args.seed or 0, **settings)
-        print(f"{task.name}: {len(trainset)} training examples; {optimizer.estimate(program, trainset)}")
+        optimizer = TrainingFreeGRPO(metric=task.make_metric(None), seed=args.seed or 0, **library, **settings)
+        print(f"{task.name}: {len(trainset)} training examples; {optimizer.estimate(program, trainset, valset)}")
         return 0
     policy, reflection = _lms(args)
     dspy.configure(lm=policy)
     optimizer = TrainingFreeGRPO(metric=task.make_metric(reflection), reflection_lm=reflection, seed=args.seed or 0,
-                                 log_dir=str(out / "log"), seed_rollouts=args.lm.startswith("local"), **settings)
-    print(f"{task.name}: {len(trainset)} training examples; {optimizer.estimate(program, trainset)}")
-    compiled = optimizer.compile(program, trainset=trainset)
+                                 log_dir=str(out / "log"), seed_rollouts=args.lm.startswith("local"), **library,
+                                 **settings)
+    print(f"{task.name}: {len(trainset)} training examples; {optimizer.estimate(program, trainset, valset)}")
+    compiled = optimizer.compile(program, trainset=trainset, valset=valset)
     result = compiled.tfgrpo_result
     result.library.save(out / "library.json")
     compiled.save(str(out / "program.json"))
     write_json_atomic(out / "stats.json", result.to_dict())
     print(format_steps(result))
+    if result.candidates:
+        print(format_candidates(result))
     print(_format_usage(result))
     if result.stopped_reason:
         print(f"stopped early: {result.stopped_reason} (rerun the same command to resume)")
@@ -212,7 +289,7 @@ def _eval_line(name: str, report: EvalReport) -> str:
 def cmd_eval(args: argparse.Namespace) -> int:
     task = TASKS[args.task]
     program = _make_program(task, args)  # before loading data: a bad option fails fast
-    examples = task.load_evalset(TaskData(source=args.source, n=args.n, seed=args.seed))
+    examples = load_examples(task.load_evalset, TaskData(source=args.source, n=args.n, seed=args.seed), "evaluation")
     k = args.k or task.eval_defaults.get("k", 1)
     temperature = args.temperature if args.temperature is not None else task.eval_defaults.get("temperature", 0.0)
     policy, reflection = _lms(args)
@@ -239,17 +316,27 @@ def cmd_show(args: argparse.Namespace) -> int:
     caps = f"max {library.max_experiences} lessons, {library.max_words} words each"
     print(f"{args.library}: {len(library)} lessons (~{library.approx_tokens()} tokens; {caps})")
     for exp in library:
-        steps = f"  (added step {exp.added_step}, updated step {exp.updated_step})" if exp.added_step else ""
-        print(f"[{exp.label}] {exp.text}{steps}")
+        where = f"added step {exp.added_step}, updated step {exp.updated_step}" if exp.added_step else ""
+        sources = f"from examples {', '.join(map(str, exp.sources))}" if exp.sources else ""
+        details = "; ".join(part for part in (where, sources, exp.record) if part)
+        print(f"[{exp.label}] {printable(exp.text)}  ({details})")
     if args.audit:
         print("\naudit log:")
         for entry in library.audit_log:
-            print(f"  step {entry.step}: {entry.op:<6} {entry.status:<7} {entry.detail}")
+            print(f"  step {entry.step}: {entry.op:<6} {entry.status:<7} {printable(entry.detail)}")
     return 0
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    print(ExperienceLibrary.load(args.old).diff(ExperienceLibrary.load(args.new)))
+    print(printable(str(ExperienceLibrary.load(args.old).diff(ExperienceLibrary.load(args.new)))))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from tfgrpo_dspy.report import write_report
+
+    html_path, png_path = write_report(args.run_dir, args.out)
+    print(f"wrote {html_path} and {png_path}")
     return 0
 
 
@@ -260,71 +347,20 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Held-out accuracy before, train, held-out accuracy after, on the embedded model."""
-    task = TASKS["wordproblems"]
-    started = time.monotonic()
-    out = Path(args.out)
-    train_n = args.train_n or task.default_train_n
-    heldout_n = args.heldout_n or task.default_eval_n
-    trainset = task.load_trainset(TaskData(n=train_n, seed=args.seed))
-    heldout = task.load_evalset(TaskData(n=heldout_n, seed=args.seed))
-    print(f"tfgrpo demo: {len(trainset)} training and {len(heldout)} held-out generated word problems, "
-          f"LM {args.lm} (first use joins the model weights; the model then loads in a few seconds)")
-    lm = make_lm(args.lm, max_tokens=512)  # bounds a runaway generation; answers need ~200 tokens
+    """Held-out accuracy before, train with selection, held-out accuracy after, on the embedded model."""
+    from tfgrpo_dspy.demo import DemoSizes, run_demo
+
+    defaults = DemoSizes()
+    sizes = DemoSizes(train=args.train_n or defaults.train, selection=args.selection_n or defaults.selection,
+                      heldout=args.heldout_n or defaults.heldout)
+    lm = make_lm(args.lm, max_tokens=512)  # bounds a runaway generation
     dspy.configure(lm=lm)
-    metric = task.make_metric(None)
-    program = task.make_program()
-    # Greedy decoding and the same samples before and after: on a handful of problems, the only
-    # difference between the two columns is then the library, not sampling noise.
-    evals = dict(k=1, temperature=0.0, num_threads=task.train_defaults.get("num_threads", 4), lm=lm,
-                 answer_field=task.answer_field)
-
-    print("\n[1/3] held-out accuracy without a library")
-    before = evaluate_at_k(program, heldout, metric, **evals)
-    print(_eval_line("before", before))
-
-    print("\n[2/3] training (Training-Free GRPO)")
-    # summarize=False: the 1.5B model's summaries mostly echo the trajectory, and skipping them saves
-    # G calls per informative group, a third of the demo's time on 2 cores.
-    optimizer = TrainingFreeGRPO(metric=metric, seed=args.seed, log_dir=str(out / "log"), seed_rollouts=True,
-                                 summarize=False, **task.train_defaults)
-    print(f"  plan: {optimizer.estimate(program, trainset)}")
-    compiled = optimizer.compile(program, trainset=trainset)
-    result = compiled.tfgrpo_result
-    result.library.save(out / "library.json")
-    write_json_atomic(out / "stats.json", result.to_dict())
-
-    print("\n[3/3] held-out accuracy with the learned library")
-    after = evaluate_at_k(program, heldout, metric, library=result.library, **evals)
-    print(_eval_line("after", after))
-
-    print("\n== learned library ==")
-    _print_library(result.library)
-    print("\n== run statistics ==")
-    print(format_steps(result))
-    print(_format_usage(result))
-    print("\n== held-out accuracy ==")
-    print(f"  {'':<16} {'accuracy':>9}")
-    print(f"  {'before':<16} {100 * before.mean_at_k:8.1f}%")
-    print(f"  {'after':<16} {100 * after.mean_at_k:8.1f}%")
-    delta = 100 * (after.mean_at_k - before.mean_at_k)
-    n = len(heldout)
-    if delta > 0:
-        verdict = f"the library helped: +{delta:.1f} points on {n} held-out problems"
-    elif delta == 0:
-        verdict = f"the library did not change held-out accuracy on {n} problems"
-    else:
-        verdict = f"the library did NOT help: {delta:.1f} points on {n} held-out problems"
-    print(f"  {verdict} (greedy decoding, one answer per problem; with so few problems, one problem "
-          f"is {100 / n:.0f} points).")
-    write_json_atomic(out / "demo.json", {"before": before.to_dict(), "after": after.to_dict(),
-                                          "train": result.to_dict()})
-    print(f"\nfinished in {(time.monotonic() - started) / 60:.1f} min; library, statistics and logs in {out}/")
+    run_demo(TASKS[args.task], lm, Path(args.out), sizes=sizes, seed=args.seed)
     return 0
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "show": cmd_show, "diff": cmd_diff, "demo": cmd_demo,
-            "tasks": cmd_tasks}
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "show": cmd_show, "diff": cmd_diff, "report": cmd_report,
+            "demo": cmd_demo, "tasks": cmd_tasks}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -333,12 +369,20 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     for noisy in ("LiteLLM", "httpx", "dspy"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # A bad --source is reported once, in our own words (load_examples), not by the datasets library too.
+    logging.getLogger("datasets").setLevel(logging.CRITICAL)
+    import datasets
+
+    datasets.disable_progress_bars()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
         return COMMANDS[args.command](args)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         print(f"tfgrpo {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except TrainingAborted as exc:
+        print(f"tfgrpo {args.command}: aborted: {exc}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":
