@@ -432,3 +432,27 @@ def test_make_lm_hosted_and_self_hosted(monkeypatch):
 def test_make_lm_rejects_bad_specs(spec, kwargs, message):
     with pytest.raises(ValueError, match=message):
         make_lm(spec, **kwargs)
+
+
+def test_greedy_requests_go_to_a_one_slot_server_without_prompt_reuse():
+    """Batched decoding and reused prefixes change llama.cpp's sums; greedy answers must repeat exactly."""
+    servers: dict[ServerSettings, FakeServer] = {}
+
+    def factory(settings):
+        return servers.setdefault(settings, FakeServer())
+
+    engine = LlamaCppEngine(registry=ServerRegistry(factory=factory))
+    lm = dspy.LM("local/qwen2.5-coder-1.5b", engine=engine, temperature=0.0, cache=False)
+    with dspy.context(lm=lm):
+        dspy.Predict("question -> answer")(question="greedy")
+    with dspy.context(lm=lm.copy(temperature=0.7, rollout_id=1)):
+        dspy.Predict("question -> answer")(question="sampled")
+    greedy, batched = servers[engine.greedy_settings], servers[engine.settings]
+    assert engine.greedy_settings.n_parallel == 1 and engine.settings.n_parallel == 4
+    assert [p["cache_prompt"] for p in greedy.payloads] == [False]
+    assert len(batched.payloads) == 1 and "cache_prompt" not in batched.payloads[0]
+    plain = LlamaCppEngine(repeatable_greedy=False, registry=ServerRegistry(factory=factory))
+    with dspy.context(lm=dspy.LM("local/qwen2.5-coder-1.5b", engine=plain, temperature=0.0, cache=False)):
+        dspy.Predict("question -> answer")(question="greedy, batched")
+    assert len(batched.payloads) == 2
+    assert LlamaCppEngine.load_state(engine.dump_state()).repeatable_greedy is True

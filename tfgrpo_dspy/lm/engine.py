@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from dspy.clients.engines.base import validate_request
@@ -41,7 +42,16 @@ _REFUSED_FIELDS = ("tool_choice", "reasoning", "logprobs", "service_tier", "user
 
 
 class LlamaCppEngine:
-    """Serves DSPy requests from a local GGUF model; copies of one LM share one loaded server."""
+    """Serves DSPy requests from a local GGUF model; copies of one LM share one loaded server.
+
+    Sampled requests share a server that decodes ``n_parallel`` sequences as one batch and reuses cached
+    prompt prefixes. Neither is bit-for-bit repeatable: llama.cpp's kernels sum in a different order for
+    a different batch shape, so an answer depends on what else was decoding and on what the slot held
+    before (measured here: 4 of 4 greedy answers changed between two identical runs). With
+    ``repeatable_greedy`` (the default), greedy requests (temperature 0) go to a second server with one
+    slot and no prompt reuse, where the same request always gets the same answer: paired comparisons of
+    greedy evaluations then measure the programs, not the server.
+    """
 
     def __init__(
         self,
@@ -50,15 +60,22 @@ class LlamaCppEngine:
         n_parallel: int = 4,
         n_ctx: int = 4096,
         n_threads: int = 2,
+        repeatable_greedy: bool = True,
         registry: ServerRegistry | None = None,
     ) -> None:
         self.settings = ServerSettings(model=model, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads)
+        self.repeatable_greedy = repeatable_greedy
+        self.greedy_settings = replace(self.settings, n_parallel=1)
         self._registry = registry if registry is not None else default_registry()
 
     def complete(self, request: Request) -> Response:
         validate_request(request)
         payload = build_chat_payload(request)
-        server = self._registry.get(self.settings)
+        settings = self.settings
+        if self.repeatable_greedy and not payload.get("temperature"):
+            settings = self.greedy_settings
+            payload["cache_prompt"] = False  # a reused prefix is computed in another batch shape
+        server = self._registry.get(settings)
         try:
             raw = server.handle_chat_completions(payload)
         except Exception as exc:  # the native server reports failures as RuntimeError
@@ -69,8 +86,9 @@ class LlamaCppEngine:
         return response_to_events(self.complete(request))
 
     def close(self) -> None:
-        """Release the shared server; the next call on any engine with these settings reloads it."""
+        """Release the shared servers; the next call on any engine with these settings reloads them."""
         self._registry.release(self.settings)
+        self._registry.release(self.greedy_settings)
 
     def dump_state(self) -> dict[str, Any]:
         return {
@@ -78,6 +96,7 @@ class LlamaCppEngine:
             "n_parallel": self.settings.n_parallel,
             "n_ctx": self.settings.n_ctx,
             "n_threads": self.settings.n_threads,
+            "repeatable_greedy": self.repeatable_greedy,
         }
 
     @classmethod

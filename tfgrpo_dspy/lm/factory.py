@@ -25,6 +25,7 @@ def local_lm(
     n_parallel: int = 4,
     n_ctx: int = 4096,
     n_threads: int = 2,
+    repeatable_greedy: bool = True,
     temperature: float = 0.0,
     max_tokens: int = 1024,
     **lm_kwargs: Any,
@@ -32,13 +33,16 @@ def local_lm(
     """The embedded CPU model (no API key, no network) as a ``dspy.LM``.
 
     The model loads on the first call (joining its weights into the cache the very first time).
-    ``n_ctx`` is the context per sequence; ``n_parallel`` sequences decode together.
-    Generation stops at DSPy's ChatAdapter end marker unless ``stop=`` says otherwise.
+    ``n_ctx`` is the context per sequence; ``n_parallel`` sampled sequences decode together. With
+    ``repeatable_greedy`` greedy calls are served one at a time without prompt reuse, so they repeat
+    exactly (see `LlamaCppEngine`). Generation stops at DSPy's ChatAdapter end marker unless ``stop=``
+    says otherwise.
     """
     if model not in MODELS:
         raise ValueError(f"model must be one of {sorted(MODELS)}, got {model!r}")
     lm_kwargs.setdefault("stop", [CHAT_ADAPTER_END_MARKER])
-    engine = LlamaCppEngine(model, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads)
+    engine = LlamaCppEngine(model, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads,
+                            repeatable_greedy=repeatable_greedy)
     return dspy.LM(f"{PROVIDER}/{model}", engine=engine, temperature=temperature, max_tokens=max_tokens, **lm_kwargs)
 
 
