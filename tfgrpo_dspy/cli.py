@@ -55,11 +55,7 @@ def _add_program_args(parser: argparse.ArgumentParser) -> None:
                         "mirror of a site (repeatable; browsing tasks only)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tfgrpo", description="Training-Free GRPO for DSPy programs.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_train_command(sub: Any) -> None:
     train = sub.add_parser("train", help="learn an experience library for a task")
     _add_data_args(train, "training")
     _add_program_args(train)
@@ -91,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--estimate", action="store_true",
                        help="print the number of calls the run would make; spend nothing")
 
+
+def _add_eval_command(sub: Any) -> None:
     evaluate = sub.add_parser("eval", help="Mean@k and Pass@k with and without a library")
     _add_data_args(evaluate, "evaluation")
     _add_program_args(evaluate)
@@ -98,8 +96,32 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--library", help="an experience library JSON to evaluate against no library")
     evaluate.add_argument("--k", type=int, help="samples per example (default: the task's)")
     evaluate.add_argument("--temperature", type=float, help="sampling temperature (default: the task's)")
+    evaluate.add_argument("--placement", choices=["instructions", "input", "both"], default="instructions",
+                          help="where the library's lessons go (as in training)")
+    evaluate.add_argument("--top-k", type=int, help="show each call only its k most relevant lessons")
     evaluate.add_argument("--num-threads", type=int, default=4)
     evaluate.add_argument("--out", help="write the reports as JSON here")
+
+
+def _add_demo_command(sub: Any) -> None:
+    demo = sub.add_parser("demo", help="the main job on the embedded model, offline: before, train, after")
+    demo.add_argument("--lm", default="local", help="LM to use (default: the embedded model)")
+    demo.add_argument("--out", default="tfgrpo-demo", help="output folder (resumable log in OUT/log)")
+    demo.add_argument("--task", default="tickets", choices=sorted(TASKS), help="the task (default: tickets, where "
+                      "lessons measurably help the embedded model)")
+    demo.add_argument("--train-n", type=int, help="training examples")
+    demo.add_argument("--selection-n", type=int, help="selection examples (libraries must win on them)")
+    demo.add_argument("--heldout-n", type=int, help="held-out examples")
+    demo.add_argument("--seed", type=int, default=0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tfgrpo", description="Training-Free GRPO for DSPy programs.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    _add_train_command(sub)
+    _add_eval_command(sub)
 
     report = sub.add_parser("report", help="an HTML page (and a PNG of its charts) of a training run")
     report.add_argument("run_dir", help="a run's log directory (OUT/log of tfgrpo train)")
@@ -113,15 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("old")
     diff.add_argument("new")
 
-    demo = sub.add_parser("demo", help="the main job on the embedded model, offline: before, train, after")
-    demo.add_argument("--lm", default="local", help="LM to use (default: the embedded model)")
-    demo.add_argument("--out", default="tfgrpo-demo", help="output folder (resumable log in OUT/log)")
-    demo.add_argument("--task", default="tickets", choices=sorted(TASKS), help="the task (default: tickets, where "
-                      "lessons measurably help the embedded model)")
-    demo.add_argument("--train-n", type=int, help="training examples")
-    demo.add_argument("--selection-n", type=int, help="selection examples (libraries must win on them)")
-    demo.add_argument("--heldout-n", type=int, help="held-out examples")
-    demo.add_argument("--seed", type=int, default=0)
+    _add_demo_command(sub)
 
     sub.add_parser("tasks", help="list the tasks")
     return parser
@@ -302,6 +316,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         library = ExperienceLibrary.load(args.library)
         reports["with library"] = evaluate_at_k(program, examples, metric, k=k, temperature=temperature,
                                                 num_threads=args.num_threads, lm=policy, library=library,
+                                                placement=args.placement, top_k=args.top_k,
                                                 answer_field=task.answer_field)
     print(f"{task.name}: {len(examples)} examples, k={k}, temperature={temperature}")
     for name, report in reports.items():

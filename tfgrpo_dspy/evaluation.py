@@ -143,6 +143,8 @@ def evaluate_at_k(
     num_threads: int = 1,
     lm: dspy.BaseLM | None = None,
     library: Any = None,
+    placement: str = "instructions",
+    top_k: int | None = None,
     answer_field: str = "answer",
     success_threshold: float = 1.0,
     rollout_id_offset: int = 0,
@@ -159,24 +161,13 @@ def evaluate_at_k(
         num_threads: samples run in parallel.
         lm: the LM to sample from; default ``dspy.settings.lm``. A predictor's own LM wins, as in DSPy.
         library: an ``ExperienceLibrary`` (or a path to its JSON) applied with ``with_experiences``.
+        placement / top_k: where the library goes (see `tfgrpo_dspy.with_experiences`).
         answer_field: prediction field recorded as each sample's answer.
         success_threshold: a sample counts as correct for Pass@k when its score reaches this.
         rollout_id_offset: added to every rollout id (sample j of example i gets ``offset + i*k + j``);
             change it to draw fresh samples for an identical run that would otherwise hit the cache.
     """
-    if not isinstance(program, dspy.Module):
-        raise TypeError(f"program must be a dspy.Module, got {type(program).__name__}")
-    if not callable(metric):
-        raise TypeError(f"metric must be callable, got {metric!r}")
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ValueError(f"k must be a positive int, got {k!r}")
-    if not isinstance(temperature, (int, float)) or temperature < 0:
-        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
-    if not isinstance(num_threads, int) or num_threads < 1:
-        raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
-    examples = list(examples)
-    if not examples:
-        raise ValueError("examples must not be empty")
+    examples = _check_arguments(program, examples, metric, k, temperature, num_threads)
     lm = lm or dspy.settings.lm
     if lm is None and any(predictor.lm is None for _, predictor in program.named_predictors()):
         raise ValueError("lm: no LM given, dspy.settings.lm is not configured, and the program has none")
@@ -184,7 +175,7 @@ def evaluate_at_k(
     if library is not None:
         from tfgrpo_dspy.injection import with_experiences
 
-        program = with_experiences(program, library)
+        program = with_experiences(program, library, placement=placement, top_k=top_k)
 
     def run_one(job: tuple[int, int]) -> Rollout:
         index, sample = job
@@ -208,6 +199,24 @@ def evaluate_at_k(
     rollouts = executor.execute(run_one, jobs)
     elapsed = time.monotonic() - started
     return _report(examples, jobs, rollouts, k, temperature, answer_field, success_threshold, library, elapsed)
+
+
+def _check_arguments(program: Any, examples: Sequence[dspy.Example], metric: Any, k: Any, temperature: Any,
+                     num_threads: Any) -> list[dspy.Example]:
+    if not isinstance(program, dspy.Module):
+        raise TypeError(f"program must be a dspy.Module, got {type(program).__name__}")
+    if not callable(metric):
+        raise TypeError(f"metric must be callable, got {metric!r}")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"k must be a positive int, got {k!r}")
+    if not isinstance(temperature, (int, float)) or temperature < 0:
+        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    if not isinstance(num_threads, int) or num_threads < 1:
+        raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
+    examples = list(examples)
+    if not examples:
+        raise ValueError("examples must not be empty")
+    return examples
 
 
 def _as_library(library: Any) -> Any:
