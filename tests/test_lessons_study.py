@@ -1,0 +1,66 @@
+"""The lessons study: conditions, paired rows against none and against the placebo, resume, flip count."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from scripted import scripted_lm
+
+from tfgrpo_dspy.kits.tickets.generator import HOUSE_RULES
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def load_study():
+    spec = importlib.util.spec_from_file_location("bench_lessons_study", BENCHMARKS / "lessons_study.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+study = load_study()
+
+
+class RuleFollower:
+    """Routes right only when the house rules are in the prompt (instructions or input field)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, call):
+        self.calls += 1
+        text = call.system + " ".join(call.inputs.values())
+        return {"queue": "general" if HOUSE_RULES[0].lesson in text else "nowhere"}
+
+
+def test_conditions_parse_and_refuse_nonsense():
+    assert study.Condition.parse("none#2").library is None
+    parsed = study.Condition.parse("rules@input+top2")
+    assert (parsed.library, parsed.placement, parsed.top_k) == ("rules", "input", 2)
+    with pytest.raises(ValueError, match="must look like"):
+        study.Condition.parse("rules@system")
+
+
+def test_study_rows_are_paired_against_none_and_the_placebo_and_resume(monkeypatch, tmp_path):
+    policy = RuleFollower()
+    lm = scripted_lm(policy)
+    monkeypatch.setattr("tfgrpo_dspy.lm.make_lm", lambda spec, **kwargs: lm)
+    argv = ["--tasks", "tickets", "--n", "10", "--conditions", "none", "rules@instructions", "placebo@instructions",
+            "rules@input", "none#2", "--runs", str(tmp_path / "runs"), "--out-dir", str(tmp_path), "--threads", "2"]
+    assert study.main(argv) == 0
+    report = json.loads((tmp_path / "lessons_study.json").read_text())
+    rows = {row["condition"]: row for row in report["tasks"][0]["rows"]}
+    general = sum(e.queue == "general" for e in study.tickets_task(10, 0).examples)
+    assert rows["none"]["accuracy"] == 0.0 and rows["rules@instructions"]["accuracy"] == general / 10
+    assert rows["rules@input"]["vs_none"]["wins"] == general
+    assert rows["rules@instructions"]["vs_placebo"]["delta"] == general / 10
+    assert rows["none#2"]["flips_vs_none"] == 0
+    markdown = (tmp_path / "lessons_study.md").read_text()
+    assert "rules@input" in markdown and "(0 answers differ from the first run)" in markdown
+    assert (tmp_path / "lessons_study.png").exists()
+    calls = policy.calls
+    assert study.main(argv) == 0  # every condition is read back from --runs
+    assert policy.calls == calls
