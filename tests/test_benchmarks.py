@@ -7,13 +7,14 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import dspy
 import pytest
 from scripted import Call, default_reflection, scripted_lm
 
-from tfgrpo_dspy.injection import BLOCK_START
+from tfgrpo_dspy.injection import BLOCK_START, ExperiencePredict
 from tfgrpo_dspy.usage import Usage
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -90,7 +91,8 @@ def test_gsm8k_split_reads_a_local_jsonl_into_the_shared_program_inputs(tmp_path
     example = data.test[0]
     assert set(example.inputs().keys()) == {"question"}
     assert example.answer == str(int(re.search(r"what is (\d+)", example.question).group(1)) + 1)
-    with pytest.raises(ValueError, match="needs 60"):
+    assert example.solution == "work"  # the worked solution is a label, never an input
+    with pytest.raises(ValueError, match="60 are needed"):
         compare.gsm8k_split(str(path), compare.Budget(train_n=20, val_n=20, test_n=20), seed=1)
 
 
@@ -126,33 +128,43 @@ def test_metered_copy_refuses_an_lm_without_engine_object():
 
 
 def test_static_prompt_grows_with_demos_and_library(lm):
-    base = compare.static_prompt_chars(compare._program())
-    with_demo = compare._program()
+    base = compare.static_prompt_chars(compare.make_program())
+    with_demo = compare.make_program()
     with_demo.predict.demos = [dspy.Example(question="What is 2 + 2?", reasoning="add", answer="4")]
     assert compare.static_prompt_chars(with_demo) > base
-    assert compare.static_prompt_chars(compare._program()) == base
+    assert compare.static_prompt_chars(compare.make_program()) == base
 
 
 def test_two_method_comparison_meters_roles_and_matches_the_optimizer_own_accounting(split, lm):
     data, budget = split
     seen = []
-    results = compare.run_comparison(data, lm, budget, ["none", "tfgrpo"], progress=False,
+    results = compare.run_comparison(data, lm, budget, ["none", "tfgrpo_paper", "tfgrpo"], progress=False,
                                      on_result=lambda r: seen.append([m.method for m in r]))
-    assert [r.method for r in results] == ["none", "tfgrpo"]
-    assert seen == [["none"], ["none", "tfgrpo"]]
-    none, tfgrpo = results
+    assert [r.method for r in results] == ["none", "tfgrpo_paper", "tfgrpo"]
+    assert seen == [["none"], ["none", "tfgrpo_paper"], ["none", "tfgrpo_paper", "tfgrpo"]]
+    none, paper, gated = results
     assert none.runs[0].usage["task"] == Usage() and none.runs[0].usage["reflection"] == Usage()
     assert none.runs[0].usage["evaluation"].calls == len(data.test)
-    run = tfgrpo.runs[0]
+    run = paper.runs[0]
     assert run.error is None
-    # 3 questions x group of 2, every group mixed: 6 summaries, 3 extractions, 1 update.
+    # 3 questions x group of 2, every group mixed: 6 summaries, 3 extractions, 1 update; no selection set.
     assert run.usage["task"].calls == 6 and run.usage["reflection"].calls == 10
-    assert run.usage["task"] == Usage.from_dict(run.details["self_reported_policy_usage"])
-    assert run.usage["reflection"] == Usage.from_dict(run.details["self_reported_reflection_usage"])
+    reported = run.details["self_reported_usage"]
+    assert run.usage["task"] == Usage.from_dict(reported["policy"])
+    assert run.usage["reflection"] == Usage.from_dict(reported["reflection"])
+    assert Usage.from_dict(reported["selection"]) == Usage() and run.details["selection_size"] == 0
     assert run.details["library_size"] >= 1
     assert run.added_prompt_tokens > 0 and none.runs[0].added_prompt_tokens == 0
+    # The gated run also scores libraries on the 2 validation rows, with the task model.
+    gated_run = gated.runs[0]
+    reported = gated_run.details["self_reported_usage"]
+    assert gated_run.details["selection_size"] == len(data.val) and gated_run.details["candidates"]
+    assert Usage.from_dict(reported["selection"]).calls >= 2 * len(data.val)
+    assert gated_run.usage["task"] == Usage.from_dict(reported["policy"]) + Usage.from_dict(reported["selection"])
+    assert gated_run.usage["reflection"] == Usage.from_dict(reported["reflection"])
     # The script answers the first attempt at each test question correctly, the second wrongly.
-    assert none.score == 1.0 and tfgrpo.score is not None
+    assert none.score == 1.0 and paper.score is not None
+    assert len(none.runs[0].per_problem) == len(data.test)
 
 
 def test_a_failing_method_is_reported_not_raised(split, lm, monkeypatch):
@@ -177,6 +189,8 @@ def test_ablation_wiring(split, lm):
     assert (group1.group_size, group1.informative_only, group1.seed) == (1, False, 3)
     assert (no_gt.ground_truth, no_gt.metric, no_gt.group_size) == (False, None, budget.group_size)
     assert group1.reflection_lm is ctx.roles.reflection
+    paper = compare.tfgrpo_optimizer(ctx, **compare.PAPER_RECIPE)
+    assert (paper.gate, paper.val_fraction, paper.batch_size) == (False, 0, None)
 
     ctx.learned_library_size = 3
     compiled = compare.compile_direct_tips(ctx)
@@ -185,21 +199,30 @@ def test_ablation_wiring(split, lm):
     assert ctx.roles.meters["reflection"].usage.calls == 1 and ctx.roles.meters["task"].usage.calls == 0
 
 
-def test_direct_tips_runs_after_tfgrpo_and_copies_its_library_size(split, lm):
+def test_direct_tips_runs_after_tfgrpo_paper_and_copies_its_library_size(split, lm):
     data, budget = split
-    results = compare.run_comparison(data, lm, budget, ["direct_tips", "tfgrpo"], progress=False)
-    assert [r.method for r in results] == ["tfgrpo", "direct_tips"]
+    results = compare.run_comparison(data, lm, budget, ["direct_tips", "tfgrpo_paper"], progress=False)
+    assert [r.method for r in results] == ["tfgrpo_paper", "direct_tips"]
     assert results[1].kind == "ablation"
     assert results[1].runs[0].details["budget"]["tips_requested"] == results[0].runs[0].details["library_size"]
 
 
-def _result(method, score, kind="method", error=None, tokens=100):
+def test_methods_run_after_what_they_read_from():
+    assert compare.ordered_methods(["tfgrpo_on_bootstrap", "none"]) == ["bootstrap", "tfgrpo_on_bootstrap", "none"]
+    assert compare.ordered_methods(["direct_tips", "none", "tfgrpo_paper", "none"]) == [
+        "none", "tfgrpo_paper", "direct_tips"]
+    with pytest.raises(ValueError, match="unknown method"):
+        compare.ordered_methods(["none", "magic"])
+
+
+def _result(method, score, kind="method", error=None, tokens=100, problems=()):
     usage = {"task": Usage(calls=2, prompt_tokens=tokens, completion_tokens=10), "reflection": Usage(),
              "evaluation": Usage(calls=1, prompt_tokens=50, completion_tokens=5)}
+    per_problem = tuple(compare.ProblemResult(i, float(s), (str(s),)) for i, s in enumerate(problems))
     return compare.MethodResult(method, kind, (compare.SeedRun(
         seed=0, score=score, pass_at_k=score, score_stderr=0.1, compile_seconds=1.0, eval_seconds=2.0, usage=usage,
         engine_failures=0, added_prompt_tokens=12, eval_prompt_tokens_per_call=50.0, program_errors=0,
-        error=error),))
+        error=error, per_problem=per_problem),))
 
 
 def test_table_json_and_plot_writers(tmp_path):
@@ -208,9 +231,10 @@ def test_table_json_and_plot_writers(tmp_path):
     table = compare.markdown_table(results, k=1)
     rows = table.splitlines()
     assert len(rows) == 2 + 3
-    assert rows[2].startswith("| none | 0.500 |") and "| 2 / 110 |" in rows[2]
+    assert rows[0].startswith("| method | held-out accuracy | Δ vs none, points [95% CI] | won/lost | p |")
+    assert rows[2].startswith("| none | 0.500 | - |") and "| task 110 / reflection 0 |" in rows[2]
     assert rows[3].startswith("| group1 (ablation) | 0.750 |")
-    assert "FAILED: compile: ImportError: no / gepa |" in rows[4]  # a pipe in an error cannot break the table
+    assert "| FAILED: compile: ImportError: no / gepa |" in rows[4]  # a pipe in an error cannot break the table
 
     split = compare.Split("wordproblems", [], [], [], "generated")
     report = compare.build_report(preset="smoke", budget=compare.PRESETS["smoke"], lm_name="scripted",
@@ -218,9 +242,10 @@ def test_table_json_and_plot_writers(tmp_path):
                                   started="now",
                                   wall_seconds=3.0, load_average=(1.0, 2.0), splits={"wordproblems": split},
                                   per_task={"wordproblems": results})
-    paths = compare.write_outputs(report, {"wordproblems": results}, 1, tmp_path, "compare_test")
+    paths = compare.write_outputs(report, tmp_path, "compare_test")
     data = json.loads(paths[0].read_text())
     assert data["command"] == "python benchmarks/compare.py --preset smoke" and data["code"] == "abc123+dirty"
+    assert data["load_average"] == [1.0, 2.0] and data["budget"]["train_n"] == 3
     assert "(code at `abc123+dirty`)" in paths[1].read_text()
     assert compare._git_revision().split("+")[0] == subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=BENCHMARKS, capture_output=True, text=True).stdout.strip()
@@ -231,8 +256,25 @@ def test_table_json_and_plot_writers(tmp_path):
     assert paths[2].read_bytes().startswith(b"\x89PNG")
     paths[2].unlink()
     assert compare.main(["--replot", str(paths[0])]) == 0  # redrawn from the saved JSON alone
-    assert paths[2].read_bytes().startswith(b"\x89PNG")
     assert paths[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_paired_gain_over_none_with_interval_sign_test_and_no_measurable_change():
+    base = [0] * 10 + [1] * 10
+    results = [_result("none", 0.5, problems=base),
+               _result("better", 1.0, problems=[1] * 20),
+               _result("same", 0.5, problems=[1] + [0] * 9 + [0] + [1] * 9)]  # one won, one lost
+    rows = compare.result_rows(results)
+    assert rows[0]["vs_none"] is None and rows[0]["problem_scores"] == base
+    better, same = rows[1]["vs_none"], rows[2]["vs_none"]
+    assert (better["wins"], better["losses"], better["delta"]) == (10, 0, 0.5)
+    assert 0 < better["ci_low"] < 0.5 < better["ci_high"] <= 1 and better["significant"]
+    assert better["p_value"] == pytest.approx(2 * 0.5**10)  # exact two-sided sign test (exact McNemar)
+    assert (same["wins"], same["losses"], same["delta"], same["p_value"]) == (1, 1, 0.0, 1.0)
+    assert not same["significant"] and same["verdict"].startswith("no measurable change")
+    table = compare.render_table(rows, k=1).splitlines()
+    assert "| +50.0 [" in table[3] and "no measurable change" not in table[3] and "| 10 / 0 | 0.002 |" in table[3]
+    assert "| +0.0 [" in table[4] and "no measurable change |" in table[4] and "| 1 / 1 | 1.000 |" in table[4]
 
 
 def test_seed_spread_and_mean_usage():
@@ -258,3 +300,251 @@ def test_systems_fake_engine_run_accounts_for_every_call():
     assert run.critical_path_seconds == pytest.approx(0.004)
     assert run.thread_bound_ideal_seconds == pytest.approx(0.001 * (2 + 2 + 1 + 1))
     assert run.wall_seconds >= run.thread_bound_ideal_seconds
+
+
+# -- the gsm8k preset --------------------------------------------------------------------------------------------
+class GsmScript:
+    """Reflection from the script. The policy adds one, right every time, except on the "flaky" questions
+    (even numbers), where it is wrong on every other attempt: their groups are mixed, and a second
+    evaluation pass flips them."""
+
+    def __init__(self):
+        self.attempts = Counter()
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def flaky(number):
+        return number % 2 == 0
+
+    def __call__(self, call: Call):
+        reply = default_reflection(call)
+        if reply is not None:
+            return reply
+        question = call.inputs["question"].split("\n\nRespond with")[0]
+        number = int(re.search(r"what is (\d+) plus 1", question).group(1))
+        with self.lock:
+            attempt = self.attempts[question]
+            self.attempts[question] += 1
+        wrong = self.flaky(number) and attempt % 2 == 1
+        return {"reasoning": "add one", "answer": "-1" if wrong else str(number + 1)}
+
+
+def _number(example):
+    return int(re.search(r"what is (\d+) plus 1", example.question).group(1))
+
+
+@pytest.fixture
+def gsm_source(tmp_path):
+    """A local jsonl with GSM8K's columns: question, and answer = worked solution ending in '#### N'."""
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text("".join(json.dumps({"question": f"Q{i}: what is {i} plus 1?",
+                                        "answer": f"Add one: {i}+1 = <<{i}+1={i + 1}>>{i + 1}.\n#### {i + 1}"}) + "\n"
+                            for i in range(40)))
+    return str(path)
+
+
+@pytest.fixture
+def gsm_budget():
+    return replace(compare.PRESETS["gsm8k"], train_n=4, val_n=3, test_n=6, group_size=2, simba_bsize=2)
+
+
+@pytest.fixture
+def gsm_lm():
+    return scripted_lm(GsmScript())
+
+
+def test_gsm8k_preset_is_greedy_paired_and_sized_as_the_issue_asks():
+    preset = compare.PRESETS["gsm8k"]
+    assert (preset.train_n, preset.val_n, preset.test_n) == (16, 20, 100)
+    assert (preset.k, preset.eval_temperature, preset.repeat_none, preset.task) == (1, 0.0, True, "gsm8k")
+    assert preset.methods == ("none", "bootstrap", "tfgrpo_paper", "tfgrpo", "tfgrpo_on_bootstrap")
+    assert (preset.max_bootstrapped_demos, preset.max_labeled_demos, preset.group_size, preset.epochs) == (4, 4, 4, 1)
+    assert preset.batch_size is None and preset.lm_options == {"n_parallel": 4, "repeatable_greedy": False}
+
+
+def test_gsm8k_preset_split_is_disjoint_seeded_and_keeps_the_worked_solution(gsm_source, gsm_budget):
+    data = compare.gsm8k_split(gsm_source, gsm_budget, seed=3)
+    parts = [data.train, data.val, data.test]
+    assert [len(p) for p in parts] == [4, 3, 6]
+    questions = [e.question for p in parts for e in p]
+    assert len(set(questions)) == len(questions)  # disjoint
+    again = compare.gsm8k_split(gsm_source, gsm_budget, seed=3)
+    assert [e.question for p in (again.train, again.val, again.test) for e in p] == questions  # seeded
+    other = compare.gsm8k_split(gsm_source, gsm_budget, seed=4)
+    assert [e.question for e in other.test] != [e.question for e in data.test]
+    example = data.test[0]
+    assert set(example.inputs().keys()) == {"question"}
+    assert example.answer == str(_number(example) + 1)
+    assert example.solution == f"Add one: {_number(example)}+1 = {_number(example) + 1}."  # no <<...>>, no ####
+    assert data.reference_fields == ("answer", "solution")
+    program = data.make_program()
+    assert isinstance(program, dspy.ChainOfThought) and list(program.predict.signature.input_fields) == ["question"]
+
+
+def test_the_repeated_none_pass_really_requeries_and_reports_the_flip_rate(gsm_source, gsm_budget):
+    lm = scripted_lm(GsmScript(), cache=True)  # a cached LM: a second pass would be served from the cache
+    data = compare.gsm8k_split(gsm_source, gsm_budget, seed=0)
+    engine = lm.engine
+    cache = dspy.cache
+    run, program = compare.run_method("none", data, lm, gsm_budget, 0, progress=False)
+    assert len(engine.calls) == 2 * len(data.test)  # the first pass and the repeat both reached the model
+    assert dspy.cache is not cache and dspy.cache.enable_memory_cache  # the method's cache is back after
+    flaky = sum(GsmScript.flaky(_number(e)) for e in data.test)
+    assert flaky and run.repeat.flips == flaky and run.repeat.flip_rate == pytest.approx(flaky / len(data.test))
+    assert run.score == 1.0 and run.repeat.score == pytest.approx(1 - flaky / len(data.test))
+    # The control: the same evaluation with the cache on never reaches the model.
+    metered, _ = compare.metered_copy(lm, "evaluation")
+    compare.evaluate_held_out(program, data, gsm_budget, metered, 0, progress=False)
+    assert len(engine.calls) == 2 * len(data.test)
+    summary = compare.repeatability([compare.MethodResult("none", "method", (run,))])
+    assert summary["flips"] == flaky and summary["second_vs_first"]["losses"] == flaky
+    assert f"({flaky} of {len(data.test)} answers changed)" in compare.flip_line(summary)
+
+
+def test_tfgrpo_on_bootstrap_keeps_the_bootstrap_demos_and_adds_lessons(gsm_source, gsm_budget, gsm_lm):
+    data = compare.gsm8k_split(gsm_source, gsm_budget, seed=0)
+    bootstrap = data.make_program()
+    bootstrap.predict.demos = [dspy.Example(question=e.question, reasoning="add one", answer=e.answer)
+                               for e in data.train[:2]]
+    ctx = compare.MethodContext(data, compare.Roles.of(gsm_lm), gsm_budget, seed=0,
+                                programs={"bootstrap": bootstrap})
+    with dspy.context(lm=ctx.roles.task):
+        compiled = compare.compile_tfgrpo_on_bootstrap(ctx)
+    predictor = compiled.program.predict
+    assert isinstance(predictor, ExperiencePredict)
+    assert [d.question for d in predictor.demos] == [e.question for e in data.train[:2]]
+    assert compiled.details["demos"] == 2 and compiled.details["selection_size"] == len(data.val)
+    assert compiled.details["budget"]["gate"] and compiled.details["budget"]["reference_fields"] == [
+        "answer", "solution"]
+    with pytest.raises(RuntimeError, match="bootstrap"):
+        compare.compile_tfgrpo_on_bootstrap(replace(ctx, programs={}))
+
+
+def test_an_interrupted_evaluation_resumes_from_the_saved_compile(gsm_source, gsm_budget, gsm_lm, tmp_path,
+                                                                  monkeypatch):
+    budget = replace(gsm_budget, repeat_none=False)
+    data = compare.gsm8k_split(gsm_source, budget, seed=0)
+    store = compare.RunStore(tmp_path / "runs")
+    evaluate = compare.evaluate_held_out
+
+    def interrupted(program, *args, **kwargs):
+        if isinstance(program.predict, ExperiencePredict):  # tfgrpo_paper's program: its compile is saved
+            raise KeyboardInterrupt
+        return evaluate(program, *args, **kwargs)
+
+    monkeypatch.setattr(compare, "evaluate_held_out", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        compare.run_comparison(data, gsm_lm, budget, ["none", "tfgrpo_paper"], store=store, progress=False)
+    assert store.load_run("gsm8k", "tfgrpo_paper", 0) is not None
+    assert not store.load_run("gsm8k", "tfgrpo_paper", 0).evaluated
+    assert (tmp_path / "runs" / "gsm8k" / "tfgrpo_paper-seed0.log").is_dir()  # TF-GRPO's own resumable log
+    monkeypatch.setattr(compare, "evaluate_held_out", evaluate)
+
+    before = len(gsm_lm.engine.calls)
+    results = compare.run_comparison(data, gsm_lm, budget, ["none", "tfgrpo_paper"], store=store, progress=False)
+    new_calls = gsm_lm.engine.calls[before:]
+    assert len(new_calls) == len(data.test) and {c.kind for c in new_calls} == {"policy"}  # the evaluation only
+    paper = results[1].runs[0]
+    assert paper.evaluated and paper.details["library"] and paper.usage["reflection"].calls > 0
+    assert BLOCK_START in new_calls[0].system  # the reloaded program shows the learned lessons
+    before = len(gsm_lm.engine.calls)
+    again = compare.run_comparison(data, gsm_lm, budget, ["none", "tfgrpo_paper"], store=store, progress=False)
+    assert len(gsm_lm.engine.calls) == before  # everything finished: nothing reaches the model
+    assert [r.runs[0].per_problem for r in again] == [r.runs[0].per_problem for r in results]
+
+
+def test_a_run_directory_refuses_another_comparison(tmp_path, gsm_source, gsm_budget):
+    store = compare.RunStore(tmp_path / "runs")
+    split = compare.gsm8k_split(gsm_source, gsm_budget, seed=0)
+    assert store.open(compare.runs_manifest("gsm8k", gsm_budget, "local", {"gsm8k": split})) == 0
+    assert store.open(compare.runs_manifest("gsm8k", replace(gsm_budget, seeds=3), "local", {"gsm8k": split})) == 0
+    with pytest.raises(ValueError, match="budget differ"):
+        store.open(compare.runs_manifest("gsm8k", replace(gsm_budget, lm_options={"n_parallel": 1}), "local",
+                                         {"gsm8k": split}))
+
+
+def test_lm_options_parse_from_the_command_line():
+    assert compare.parse_lm_option("n_parallel=2") == ("n_parallel", 2)
+    assert compare.parse_lm_option("temperature=0.5") == ("temperature", 0.5)
+    assert compare.parse_lm_option("model=qwen") == ("model", "qwen")
+    assert compare.parse_lm_option("repeatable_greedy=False") == ("repeatable_greedy", False)
+    with pytest.raises(Exception, match="KEY=VALUE"):
+        compare.parse_lm_option("n_parallel")
+
+
+def _calls_of(record):
+    return sum(record["run"]["usage"][role]["calls"] for role in ("task", "reflection", "evaluation")) + (
+        record["run"]["repeat"]["usage"]["calls"] if record["run"]["repeat"] else 0)
+
+
+def test_gsm8k_preset_end_to_end_resumes_after_an_interruption(gsm_source, gsm_budget, gsm_lm, tmp_path,
+                                                               monkeypatch, capsys):
+    monkeypatch.setitem(compare.PRESETS, "gsm8k", gsm_budget)
+    options = []
+    monkeypatch.setattr(compare, "build_lm", lambda spec, opts: options.append(opts) or gsm_lm)
+    runs = tmp_path / "runs"
+    argv = ["--preset", "gsm8k", "--source", gsm_source, "--out-dir", str(tmp_path), "--runs", str(runs),
+            "--lm-option", "n_ctx=8192"]
+
+    def interrupt(ctx):
+        raise KeyboardInterrupt  # Ctrl-C in the middle of the method list
+
+    with monkeypatch.context() as patch:
+        patch.setitem(compare.COMPILERS, "tfgrpo", interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            compare.main(argv)
+    # the preset's server options, then the override
+    assert options == [{"n_parallel": 4, "repeatable_greedy": False, "n_ctx": 8192}]
+    partial = json.loads((tmp_path / "compare_gsm8k.json").read_text())
+    assert partial["complete"] is False
+    assert [r["method"] for r in partial["tasks"]["gsm8k"]["results"]] == ["none", "bootstrap", "tfgrpo_paper"]
+    finished = {m: (runs / "gsm8k" / f"{m}-seed0.json").read_text() for m in ("none", "bootstrap", "tfgrpo_paper")}
+
+    before = len(gsm_lm.engine.calls)
+    assert compare.main(argv) == 0
+    # The rerun made exactly the calls of the two methods it had left, and left the finished records alone.
+    records = {m: json.loads((runs / "gsm8k" / f"{m}-seed0.json").read_text())
+               for m in ("tfgrpo", "tfgrpo_on_bootstrap")}
+    assert len(gsm_lm.engine.calls) - before == sum(_calls_of(r) for r in records.values()) > 0
+    assert all((runs / "gsm8k" / f"{m}-seed0.json").read_text() == text for m, text in finished.items())
+
+    report = json.loads((tmp_path / "compare_gsm8k.json").read_text())
+    assert report["complete"] is True
+    assert report["lm_options"] == {"n_parallel": 4, "repeatable_greedy": False, "n_ctx": 8192}
+    assert report["budget"]["test_n"] == 6 and report["runs_dir"] == str(runs)
+    assert len(report["load_average"]) == 2 and report["code"]
+    task = report["tasks"]["gsm8k"]
+    assert len(task["held_out"]) == 6
+    rows = {r["method"]: r for r in task["results"]}
+    assert list(rows) == ["none", "bootstrap", "tfgrpo_paper", "tfgrpo", "tfgrpo_on_bootstrap"]
+    for method, row in rows.items():
+        assert row["status"] == "ok", row["error"]
+        problems = row["runs"][0]["per_problem"]
+        assert [p["index"] for p in problems] == list(range(6)) and all(len(p["answers"]) == 1 for p in problems)
+        if method != "none":
+            assert set(row["vs_none"]) >= {"delta", "ci_low", "ci_high", "wins", "losses", "p_value"}
+    for method in ("tfgrpo", "tfgrpo_on_bootstrap"):
+        details = rows[method]["runs"][0]["details"]
+        candidate = details["candidates"][0]
+        assert {"label", "score", "accepted", "size", "reason"} <= set(candidate)
+        assert "library" in details and details["self_reported_usage"]["selection"]["calls"] > 0
+    flaky = sum(GsmScript.flaky(int(re.search(r"what is (\d+)", p["question"]).group(1))) for p in task["held_out"])
+    assert task["repeatability"]["flips"] == flaky and task["repeatability"]["flip_rate"] == pytest.approx(flaky / 6)
+
+    markdown = (tmp_path / "compare_gsm8k.md").read_text()
+    line = f"flip rate {100 * flaky / 6:.1f}% ({flaky} of 6 answers changed)"
+    assert line in markdown and line in capsys.readouterr().out
+    assert "### tfgrpo: libraries scored on the selection set (3 problems)" in markdown
+    assert "### tfgrpo_on_bootstrap: libraries scored on the selection set" in markdown
+    assert "| method | held-out accuracy | Δ vs none, points [95% CI] |" in markdown
+    assert (tmp_path / "compare_gsm8k.png").read_bytes().startswith(b"\x89PNG")
+
+    # The saved programs reload as compiled: the lessons on top of bootstrap's demos.
+    store, split = compare.RunStore(runs), compare.gsm8k_split(gsm_source, gsm_budget, 0)
+    bootstrap = store.load_program(split, "bootstrap", 0)
+    on_bootstrap = store.load_program(split, "tfgrpo_on_bootstrap", 0)
+    assert bootstrap.predict.demos and isinstance(on_bootstrap.predict, ExperiencePredict)
+    assert on_bootstrap.predict.demos == bootstrap.predict.demos
+    before = len(gsm_lm.engine.calls)
+    assert compare.main(argv) == 0  # a third run has nothing left to do
+    assert len(gsm_lm.engine.calls) == before
