@@ -38,8 +38,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def sandbox() -> PythonSandbox:
+    # 20 s, not 5: importing sympy alone took over 5 s while a model job loaded both cores.
     return PythonSandbox(
-        timeout_seconds=5, memory_bytes=512 << 20, max_output_chars=2000, allow_unsafe=UNSAFE_IF_NEEDED
+        timeout_seconds=20, memory_bytes=512 << 20, max_output_chars=2000, allow_unsafe=UNSAFE_IF_NEEDED
     )
 
 

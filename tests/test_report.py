@@ -108,6 +108,17 @@ def test_a_run_with_no_completed_step_renders(gated_run, tmp_path):
     (tmp_path / "state.json").write_text(json.dumps({"completed_steps": 0, "stopped": "aborted: <budget> spent"}))
     page, chart = write_report(tmp_path)
     text = page.read_text(encoding="utf-8")
-    assert "No completed steps yet" in text and "No library.json" in text
+    assert "No completed steps yet" in text and "No library yet" in text
     assert "aborted: &lt;budget&gt; spent" in text
     assert chart.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_the_final_library_is_the_one_compile_returned_not_the_last_steps(tmp_path):
+    """Without the gate every edit is kept, yet the best scored library ships: here the empty one."""
+    compiled, _ = compile_with(LessonSensitivePolicy({0: BAD}), gate=False, log_dir=tmp_path)
+    assert compiled.tfgrpo_result.best_step == 0 and len(compiled.experience_library) == 0
+    assert BAD in (tmp_path / "library.json").read_text()  # the last step kept the harmful lesson
+    text = write_report(tmp_path, tmp_path / "out" / "page.html")[0].read_text(encoding="utf-8")
+    final = text[text.index("Final library"):]
+    assert "Final library: 0 lessons" in final and "the library compile returned: the starting library" in final
+    assert html.escape(BAD) not in final

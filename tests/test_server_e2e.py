@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -48,16 +49,19 @@ def openai_server():
     del server
 
 
-def tfgrpo(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+def tfgrpo(*args: str, cache_dir: Path) -> subprocess.CompletedProcess:
+    # A fresh DSPy cache: answers cached by an earlier run would carry no usage to count.
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "DSPY_CACHEDIR": str(cache_dir)}
     return subprocess.run([sys.executable, "-m", "tfgrpo_dspy.cli", *args], capture_output=True, text=True,
                           env=env, timeout=3600)
 
 
 def test_train_and_eval_through_an_openai_compatible_server(openai_server, tmp_path):
     lm = ["--lm", "openai/qwen2.5-coder-1.5b", "--api-base", openai_server, "--max-tokens", "256"]
+    cache = tmp_path / "cache"
     trained = tfgrpo("train", "--task", "tickets", "--n", "3", "--group-size", "2", "--epochs", "1",
-                     "--val-fraction", "0", "--no-summaries", "--num-threads", "2", "--out", str(tmp_path), *lm)
+                     "--val-fraction", "0", "--no-summaries", "--num-threads", "2", "--out", str(tmp_path), *lm,
+                     cache_dir=cache)
     assert trained.returncode == 0, trained.stderr[-3000:]
     stats = json.loads((tmp_path / "stats.json").read_text())
     policy = stats["policy_usage"]
@@ -67,7 +71,7 @@ def test_train_and_eval_through_an_openai_compatible_server(openai_server, tmp_p
     assert manifest["policy_lm"]["model"] == "openai/qwen2.5-coder-1.5b"
 
     evaluated = tfgrpo("eval", "--task", "tickets", "--n", "3", "--num-threads", "2", "--library",
-                       str(tmp_path / "library.json"), "--out", str(tmp_path / "eval.json"), *lm)
+                       str(tmp_path / "library.json"), "--out", str(tmp_path / "eval.json"), *lm, cache_dir=cache)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert "no library" in evaluated.stdout and "with library" in evaluated.stdout
     reports = json.loads((tmp_path / "eval.json").read_text())

@@ -91,8 +91,11 @@ class StepLoop:
             logger.warning("stopping early: %s; returning the best library of the completed steps", stop)
             log.mark_stopped(stop_reason)
         best_step = self.best_step()
+        shipped = self.end_libraries[best_step].copy() if best_step is not None else self.library.copy()
+        # library.json is the last step's library; the report shows the one compile returns.
+        log.save_run_record("shipped", {"best_step": best_step, "library": shipped.to_dict()})
         return TrainingFreeGRPOResult(
-            library=self.end_libraries[best_step].copy() if best_step is not None else self.library.copy(),
+            library=shipped,
             steps=tuple(self.steps), candidates=tuple(self.candidates), best_step=best_step,
             selection_size=len(self.selector.examples) if self.selector else 0, stopped_reason=stop_reason,
             log_dir=str(log.root) if log.enabled else None, initial_usage=initial_usage)

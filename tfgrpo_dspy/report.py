@@ -46,6 +46,7 @@ class Run:
     state: dict[str, Any]
     steps: list[dict[str, Any]]
     library: ExperienceLibrary | None
+    library_origin: str  # which library the report shows: the one compile returned, or the last step's
     inputs: dict[int, dict[str, Any]]  # training example index -> its inputs, from the rollout records
     proposed_by: dict[str, set[int]]  # lesson text -> the examples whose groups proposed it
     initial_score: float | None  # the starting library's selection score, when one was recorded
@@ -87,14 +88,27 @@ def load_run(run_dir: str | Path) -> Run:
         if not path.exists():
             raise RunReportError(f"{path} is missing, yet state.json says step {step} is complete")
         steps.append(_read_object(path))
-    library, path = None, root / "library.json"
-    if path.exists():
-        try:
-            library = ExperienceLibrary.from_dict(_read_object(path), origin=str(path))
-        except ValueError as exc:
-            raise RunReportError(str(exc)) from None
-    return Run(root, manifest, state, steps, library, _example_inputs(root), _proposal_sources(root),
+    library, origin = _final_library(root)
+    return Run(root, manifest, state, steps, library, origin, _example_inputs(root), _proposal_sources(root),
                _initial_score(root))
+
+
+def _final_library(root: Path) -> tuple[ExperienceLibrary | None, str]:
+    """The library compile returned (shipped.json) when the run finished, else the last step's library.json."""
+    shipped, last = root / "shipped.json", root / "library.json"
+    try:
+        if shipped.exists():
+            record = _read_object(shipped)
+            step = record.get("best_step")
+            origin = ("shipped.json, the library compile returned: "
+                      + ("the starting library" if not step else f"the library after step {step}"))
+            return ExperienceLibrary.from_dict(record.get("library"), origin=str(shipped)), origin
+        if last.exists():
+            origin = "library.json, the library after the last completed step (the run has not finished)"
+            return ExperienceLibrary.from_dict(_read_object(last), origin=str(last)), origin
+    except ValueError as exc:
+        raise RunReportError(str(exc)) from None
+    return None, ""
 
 
 def _example_inputs(root: Path) -> dict[int, dict[str, Any]]:
@@ -336,7 +350,7 @@ def _edit_item(entry: dict[str, Any], lesson_text: str | None = None) -> str:
 
 def _lessons(run: Run, audit: list[dict[str, Any]]) -> str:
     if run.library is None:
-        return '<h2>Final library</h2><p class="note">No library.json: the run has not completed a step.</p>'
+        return '<h2>Final library</h2><p class="note">No library yet: the run has not completed a step.</p>'
     cards = []
     for e in run.library:
         sources = sorted(e.sources) or sorted(run.proposed_by.get(e.text, ()))
@@ -348,8 +362,8 @@ def _lessons(run: Run, audit: list[dict[str, Any]]) -> str:
                      f"{e.helpful}, harmful {e.harmful}</p><p>Source examples{where}:</p><ul>{items}</ul>"
                      f"<p>Edits:</p><ul>{edits}</ul></div>")
     body = "".join(cards) or '<p class="note">The library is empty.</p>'
-    return (f"<h2>Final library: {_plural(len(run.library), 'lesson')}</h2><p>library.json, the library after the "
-            f"last completed step.</p>{body}")
+    return (f"<h2>Final library: {_plural(len(run.library), 'lesson')}</h2><p>{esc(run.library_origin)}.</p>"
+            f"{body}")
 
 
 def _at(step: int | None) -> str:
