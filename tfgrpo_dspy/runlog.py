@@ -5,6 +5,7 @@ Layout (plain JSON a person can read; every file written atomically):
     manifest.json                         settings, LMs and data fingerprints; a resume must match it
     state.json                            completed steps, why the run stopped
     library.json                          the library after the last completed step
+    shipped.json                          the library compile returned (the best scored) and its step
     selection/<fingerprint>.json          one library's per-example scores on the selection set
     steps/0003/rollouts/ex0012_s4.json    one rollout: inputs, outputs, trace, score, usage
     steps/0003/summaries/ex0012_s4.json   one rollout summary
