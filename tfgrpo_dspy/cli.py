@@ -107,8 +107,8 @@ def _add_demo_command(sub: Any) -> None:
     demo = sub.add_parser("demo", help="the main job on the embedded model, offline: before, train, after")
     demo.add_argument("--lm", default="local", help="LM to use (default: the embedded model)")
     demo.add_argument("--out", default="tfgrpo-demo", help="output folder (resumable log in OUT/log)")
-    demo.add_argument("--task", default="tickets", choices=sorted(TASKS), help="the task (default: tickets, where "
-                      "lessons measurably help the embedded model)")
+    demo.add_argument("--task", default="tickets", choices=sorted(TASKS), help="the task (default: tickets, "
+                      "house rules that only feedback reveals)")
     demo.add_argument("--train-n", type=int, help="training examples")
     demo.add_argument("--selection-n", type=int, help="selection examples (libraries must win on them)")
     demo.add_argument("--heldout-n", type=int, help="held-out examples")
