@@ -3,8 +3,7 @@
 One step (a batch of training examples) runs the phases (`tfgrpo_dspy.phases`), credits the lessons
 the rollouts applied (ACE-style helpful / harmful counters) and prunes those with a harmful record,
 turns the update's edits into a candidate library, and keeps it only if it earns its place on the
-selection set (`tfgrpo_dspy.selection`); when a step with several edits fails, single edits are
-tried alone. The loop returns the best library it saw, the initial one included.
+selection set (`tfgrpo_dspy.gate`). The loop returns the best library it saw, the initial one included.
 """
 
 from __future__ import annotations
@@ -12,33 +11,18 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass, field
 
 from tfgrpo_dspy.accounting import StopRun
-from tfgrpo_dspy.library import AuditEntry, EditOp, ExperienceLibrary
+from tfgrpo_dspy.gate import Edit, StepGate, candidate_record
+from tfgrpo_dspy.library import EditOp, ExperienceLibrary
 from tfgrpo_dspy.phases import Phases, RunContext
 from tfgrpo_dspy.reflection import Proposal, RolloutSummary
 from tfgrpo_dspy.results import Candidate, StepStats, TrainingFreeGRPOResult
 from tfgrpo_dspy.rollouts import GroupOutcome
-from tfgrpo_dspy.selection import LibraryScore, Selector
+from tfgrpo_dspy.selection import Selector
 from tfgrpo_dspy.usage import Usage
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Edit:
-    """One applied edit of a step and the training examples its lesson came from."""
-
-    op: EditOp
-    sources: tuple[int, ...] = ()
-
-
-@dataclass
-class GateOutcome:
-    library: ExperienceLibrary
-    label: str
-    candidates: list[Candidate] = field(default_factory=list)
 
 
 class StepLoop:
@@ -48,6 +32,7 @@ class StepLoop:
         self.ctx = ctx
         self.phases = Phases(ctx)
         self.selector = selector
+        self.gate = StepGate(ctx.settings, selector)
         self.initial = initial
         self.library = initial.copy()
         self.steps: list[StepStats] = []
@@ -104,7 +89,7 @@ class StepLoop:
         if self.selector is None or any(c.step == 0 for c in self.candidates):
             return Usage()
         score = self.selector.score(self.initial, "initial")
-        self.candidates.insert(0, self._candidate(0, "initial", self.initial, score, True, "the starting library"))
+        self.candidates.insert(0, candidate_record(0, "initial", self.initial, score, True, "the starting library"))
         return score.usage
 
     def best_step(self) -> int | None:
@@ -135,7 +120,7 @@ class StepLoop:
         edits = [Edit(EditOp(op=e.op, id=e.id, ids=list(e.ids) if e.ids else None, text=e.text, reason=e.reason),
                       candidate[e.result_id].sources if e.result_id in candidate else ())
                  for report in reports for e in report.applied if e.op != "keep"]
-        outcome = self.gate(step, candidate, edits)
+        outcome = self.gate.decide(step, self.library, candidate, edits)
         self.library = outcome.library
         self.end_libraries[step] = self.library.copy()
         if self.selector is not None:
@@ -169,72 +154,10 @@ class StepLoop:
                     stats.informative_groups, stats.groups, stats.lessons_proposed, stats.lessons_dropped,
                     stats.ops_applied, stats.gate, stats.library_size, stats.library_tokens)
 
-    # -- the gate -------------------------------------------------------------------------------------
-    def gate(self, step: int, candidate: ExperienceLibrary, edits: list[Edit]) -> GateOutcome:
-        """The library to keep after this step's edits, and every candidate scored on the way."""
-        current = self.library
-        if candidate.same_lessons(current):
-            return GateOutcome(current, "no change")
-        if self.selector is None:
-            return GateOutcome(candidate, "not gated")
-        s = self.ctx.settings
-        current_score = self.selector.score(current, f"before step {step}")
-        scored = self.selector.score(candidate, f"step {step}")
-        decision = self.selector.gate(current_score, scored)
-        accepted = decision.passed or not s.gate
-        reason = decision.reason if s.gate else f"not gated (gate=False): {decision.reason}"
-        outcome = GateOutcome(candidate if accepted else current, "accepted" if accepted else "rejected",
-                              [self._candidate(step, f"step {step}", candidate, scored, accepted, reason, decision)])
-        if accepted:
-            return outcome
-        if len(edits) > 1 and s.gate_budget:
-            self._try_single_edits(step, edits, outcome)
-        self._audit_rejected(step, edits, outcome, decision.reason)
-        return outcome
-
-    def _try_single_edits(self, step: int, edits: list[Edit], outcome: GateOutcome) -> None:
-        """Try the step's edits one at a time against the library kept so far (at most gate_budget)."""
-        tried = 0
-        for number, edit in enumerate(edits, start=1):
-            if tried >= self.ctx.settings.gate_budget:
-                break
-            single = outcome.library.copy()
-            single.apply([edit.op], step=step, sources=edit.sources)
-            if single.same_lessons(outcome.library):
-                continue
-            tried += 1
-            label = f"step {step}, edit {number} alone"
-            base_score = self.selector.score(outcome.library, f"before {label}")
-            scored = self.selector.score(single, label)
-            decision = self.selector.gate(base_score, scored)
-            outcome.candidates.append(self._candidate(step, label, single, scored, decision.passed, decision.reason,
-                                                      decision))
-            if decision.passed:
-                outcome.library = single
-                outcome.label = "partly accepted"
-
-    def _audit_rejected(self, step: int, edits: list[Edit], outcome: GateOutcome, reason: str) -> None:
-        """Rejected edits stay in the kept library's audit log with the scores that rejected them."""
-        kept_texts = set(outcome.library.texts)
-        for edit in (e.op for e in edits):
-            if edit.text is not None and edit.text in kept_texts:
-                continue
-            outcome.library.audit_log.append(AuditEntry(
-                step, edit.op, "refused", f"rejected by the selection gate: {reason}", id=edit.id,
-                ids=tuple(edit.ids) if edit.ids else None, text=edit.text, reason=edit.reason))
-
-    def _candidate(self, step: int, label: str, library: ExperienceLibrary, score: LibraryScore, accepted: bool,
-                   reason: str, decision=None) -> Candidate:  # noqa: ANN001 - a GateDecision or None
-        comparison = decision.comparison if decision is not None else None
-        return Candidate(step=step, label=label, score=score.mean, accepted=accepted, size=len(library),
-                         tokens=library.approx_tokens(), fingerprint=score.fingerprint,
-                         net_wins=comparison.net_wins if comparison else None,
-                         wins=comparison.wins if comparison else None, losses=comparison.losses if comparison else None,
-                         p_value=comparison.p_value if comparison else None, reason=reason)
-
     def _end_candidate(self, step: int) -> Candidate:
         score = self.selector.score(self.library, f"after step {step}")
-        return self._candidate(step, f"after step {step}", self.library, score, True, "the library kept after the step")
+        return candidate_record(step, f"after step {step}", self.library, score, True,
+                                "the library kept after the step")
 
 
 def credit_outcomes(groups: list[GroupOutcome], summaries: dict[tuple[int, int], RolloutSummary],

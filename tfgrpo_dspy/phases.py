@@ -5,6 +5,7 @@
     extract    one call per informative group -> at most max_proposals lessons, through the guard
     update     near-duplicate lessons clustered across groups, then update calls in context-sized
                chunks -> edits, through the guard and the delete rules -> a candidate library
+               (`tfgrpo_dspy.update`)
 
 Every result is written to the run log as soon as it exists and reused on resume; a failed record
 is redone.
@@ -24,8 +25,8 @@ import tqdm
 from tfgrpo_dspy.accounting import Ledger
 from tfgrpo_dspy.guard import LessonGuard
 from tfgrpo_dspy.injection import with_experiences
-from tfgrpo_dspy.lessons import ExampleMaterial, LessonCluster, cluster_lessons, render_lesson, similarity
-from tfgrpo_dspy.library import APPLY_ORDER, ApplyReport, EditOp, ExperienceLibrary
+from tfgrpo_dspy.lessons import ExampleMaterial, LessonCluster, render_lesson
+from tfgrpo_dspy.library import ApplyReport, ExperienceLibrary
 from tfgrpo_dspy.parallel import map_in_threads
 from tfgrpo_dspy.reflection import (
     Lesson,
@@ -39,6 +40,7 @@ from tfgrpo_dspy.reflection import (
 from tfgrpo_dspy.rollouts import GroupOutcome, Rollout, apply_majority_vote, run_rollout
 from tfgrpo_dspy.runlog import RunLog
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
+from tfgrpo_dspy.update import UpdatePhase
 
 logger = logging.getLogger(__name__)
 
@@ -164,82 +166,8 @@ class Phases:
     # -- update -------------------------------------------------------------------------------------
     def update(self, step: int, proposals: Sequence[Proposal], library: ExperienceLibrary
                ) -> tuple[ExperienceLibrary, list[ApplyReport], list[UpdateDecision], list[LessonCluster]]:
-        """Decide and apply the step's edits on a copy of ``library``: the candidate library."""
-        clusters = [c for c in self.clusters(proposals) if c.support >= self.ctx.settings.min_support]
-        misleading = sorted({i for p in proposals for i in p.misleading})
-        candidate = library.copy()
-        if not clusters and not misleading:
-            return candidate, [], [], clusters
-        reports, decisions = [], []
-        deletable = set(misleading) | {i for c in clusters for i in self._replaced(c, proposals)}
-        deletes_left = self.ctx.settings.max_deletes
-        for number, chunk in enumerate(self.chunks(clusters, misleading), start=1):
-            key = f"chunk{number:02d}"
-            recorded = self.ctx.log.load(step, "updates", key)
-            if recorded is not None and not recorded.get("error"):
-                decision = UpdateDecision.from_dict(recorded)
-                self.ctx.ledger.add("reflection", decision.usage)
-            else:
-                self.ctx.ledger.check_budget()
-                decision = self._decide(chunk, candidate, deletable, deletes_left, proposals)
-                self.ctx.log.save(step, "updates", key, decision.to_dict())
-                self.ctx.ledger.record("reflection", decision.usage, decision.error, "update")
-            deletes_left -= sum(op.op == "delete" for op in decision.ops)
-            reports.append(apply_with_sources(candidate, decision.ops, clusters, step))
-            decisions.append(decision)
-        return candidate, reports, decisions, clusters
-
-    @staticmethod
-    def clusters(proposals: Sequence[Proposal]) -> list[LessonCluster]:
-        return cluster_lessons([(lesson.text, lesson.source) for p in proposals for lesson in p.lessons])
-
-    @staticmethod
-    def _replaced(cluster: LessonCluster, proposals: Sequence[Proposal]) -> list[int]:
-        return [lesson.replaces for p in proposals for lesson in p.lessons
-                if lesson.replaces is not None and lesson.text in cluster.members]
-
-    def chunks(self, clusters: Sequence[LessonCluster], misleading: Sequence[int]) -> list[str]:
-        """The proposals as lines, cut into chunks of at most ``update_chunk_chars`` characters."""
-        lines = [f"- lesson supported by {c.support} example(s): {c.text}" for c in clusters]
-        lines += [f"- E{i} misled the worse attempts of at least one group" for i in misleading]
-        chunks, current = [], ""
-        for line in lines:
-            if current and len(current) + len(line) + 1 > self.ctx.settings.update_chunk_chars:
-                chunks.append(current)
-                current = ""
-            current = f"{current}\n{line}" if current else line
-        return [*chunks, current] if current else chunks
-
-    def _decide(self, chunk: str, library: ExperienceLibrary, deletable: set[int], deletes_left: int,
-                proposals: Sequence[Proposal]) -> UpdateDecision:
-        ops, error, usage = self.ctx.reflector.decide(chunk, library)
-        if error is not None:
-            return UpdateDecision(error=error, usage=usage)
-        materials = [self.ctx.material(p.example_index) for p in proposals if p.lessons]
-        kept: list[EditOp] = []
-        refused: list[dict[str, Any]] = []
-        harmful = {e.id for e in library if e.harmful > e.helpful}
-        for op in ops:
-            if op.op == "keep":
-                continue
-            if op.op == "delete":
-                if op.id not in deletable | harmful:
-                    refused.append({**op.model_dump(exclude_none=True), "refused_because": "no proposal named this "
-                                    "lesson misleading and its record is not harmful"})
-                    continue
-                if deletes_left <= 0:
-                    refused.append({**op.model_dump(exclude_none=True), "refused_because": "max_deletes reached"})
-                    continue
-                deletes_left -= 1
-                kept.append(op)
-                continue
-            verdict = self.ctx.guard.check(op.text or "", materials)
-            usage = usage + verdict.usage
-            if verdict.text is None:
-                refused.append({**op.model_dump(exclude_none=True), "refused_because": verdict.reason})
-            else:
-                kept.append(op.model_copy(update={"text": verdict.text}))
-        return UpdateDecision(ops=kept, refused=refused, usage=usage)
+        """Decide and apply the step's edits on a copy of ``library`` (`tfgrpo_dspy.update`)."""
+        return UpdatePhase(self.ctx).run(step, proposals, library)
 
     # -- machinery ----------------------------------------------------------------------------------
     def cached_map(self, step: int, kind: str, keys: list[K], name: Callable[[K], str], work: Callable[[K], R],
@@ -280,18 +208,6 @@ class Phases:
                     stop.set()  # queued work returns at once; results already logged stay logged
                     raise
         return results
-
-
-def apply_with_sources(library: ExperienceLibrary, ops: Sequence[EditOp], clusters: Sequence[LessonCluster],
-                       step: int) -> ApplyReport:
-    """Apply ``ops`` (removals first, as `ExperienceLibrary.apply` does) recording on each written lesson the
-    examples of the proposal cluster its text is closest to."""
-    entries = []
-    for op in sorted(ops, key=lambda o: APPLY_ORDER[o.op]):
-        closest = max(clusters, key=lambda c: similarity(c.text, op.text or ""), default=None)
-        sources = closest.sources if closest is not None and op.text else ()
-        entries += library.apply([op], step=step, sources=sources).entries
-    return ApplyReport(tuple(entries))
 
 
 def _rollout_error(record: Any) -> str | None:

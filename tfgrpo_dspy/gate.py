@@ -1,0 +1,106 @@
+"""The selection gate of one step: a step's edits stay only if the edited library earns its place.
+
+The candidate library (the current one plus the step's edits) is scored on the selection set against
+the current one, paired (`tfgrpo_dspy.selection`). When a step with several edits fails, each edit is
+tried alone (at most ``gate_budget``), so one bad lesson does not sink good ones. Rejected edits stay in
+the kept library's audit log with the reason that rejected them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tfgrpo_dspy.library import AuditEntry, EditOp, ExperienceLibrary
+from tfgrpo_dspy.results import Candidate
+from tfgrpo_dspy.selection import GateDecision, LibraryScore, Selector
+from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One applied edit of a step and the training examples its lesson came from."""
+
+    op: EditOp
+    sources: tuple[int, ...] = ()
+
+
+@dataclass
+class GateOutcome:
+    """The library kept after a step, the gate's label for the step, and every candidate scored on the way."""
+
+    library: ExperienceLibrary
+    label: str
+    candidates: list[Candidate] = field(default_factory=list)
+
+
+def candidate_record(step: int, label: str, library: ExperienceLibrary, score: LibraryScore, accepted: bool,
+                     reason: str, decision: GateDecision | None = None) -> Candidate:
+    """A scored library as the result lists it."""
+    comparison = decision.comparison if decision is not None else None
+    return Candidate(step=step, label=label, score=score.mean, accepted=accepted, size=len(library),
+                     tokens=library.approx_tokens(), fingerprint=score.fingerprint,
+                     net_wins=comparison.net_wins if comparison else None,
+                     wins=comparison.wins if comparison else None, losses=comparison.losses if comparison else None,
+                     p_value=comparison.p_value if comparison else None, reason=reason)
+
+
+class StepGate:
+    """Decides which of a step's edits the library keeps."""
+
+    def __init__(self, settings: TrainingFreeGRPOSettings, selector: Selector | None):
+        self.settings = settings
+        self.selector = selector
+
+    def decide(self, step: int, current: ExperienceLibrary, candidate: ExperienceLibrary, edits: list[Edit]
+               ) -> GateOutcome:
+        """The library to keep after this step's edits, and every candidate scored on the way."""
+        if candidate.same_lessons(current):
+            return GateOutcome(current, "no change")
+        if self.selector is None:
+            return GateOutcome(candidate, "not gated")
+        gate = self.settings.gate
+        current_score = self.selector.score(current, f"before step {step}")
+        scored = self.selector.score(candidate, f"step {step}")
+        decision = self.selector.gate(current_score, scored)
+        accepted = decision.passed or not gate
+        reason = decision.reason if gate else f"not gated (gate=False): {decision.reason}"
+        outcome = GateOutcome(candidate if accepted else current, "accepted" if accepted else "rejected",
+                              [candidate_record(step, f"step {step}", candidate, scored, accepted, reason, decision)])
+        if accepted:
+            return outcome
+        if len(edits) > 1 and self.settings.gate_budget:
+            self._try_single_edits(step, edits, outcome)
+        _audit_rejected(step, edits, outcome, decision.reason)
+        return outcome
+
+    def _try_single_edits(self, step: int, edits: list[Edit], outcome: GateOutcome) -> None:
+        """Try the step's edits one at a time against the library kept so far (at most gate_budget)."""
+        tried = 0
+        for number, edit in enumerate(edits, start=1):
+            if tried >= self.settings.gate_budget:
+                break
+            single = outcome.library.copy()
+            single.apply([edit.op], step=step, sources=edit.sources)
+            if single.same_lessons(outcome.library):
+                continue
+            tried += 1
+            label = f"step {step}, edit {number} alone"
+            base_score = self.selector.score(outcome.library, f"before {label}")
+            scored = self.selector.score(single, label)
+            decision = self.selector.gate(base_score, scored)
+            outcome.candidates.append(candidate_record(step, label, single, scored, decision.passed, decision.reason,
+                                                       decision))
+            if decision.passed:
+                outcome.library = single
+                outcome.label = "partly accepted"
+
+
+def _audit_rejected(step: int, edits: list[Edit], outcome: GateOutcome, reason: str) -> None:
+    """Rejected edits stay in the kept library's audit log with the scores that rejected them."""
+    kept_texts = set(outcome.library.texts)
+    for edit in (e.op for e in edits):
+        if edit.text is not None and edit.text in kept_texts:
+            continue
+        outcome.library.audit_log.append(AuditEntry(
+            step, edit.op, "refused", f"rejected by the selection gate: {reason}", id=edit.id,
+            ids=tuple(edit.ids) if edit.ids else None, text=edit.text, reason=edit.reason))
