@@ -8,7 +8,8 @@ seed and the same held-out decoding:
     mipro               dspy.MIPROv2(auto="light")
     simba               dspy.SIMBA
     gepa                dspy.GEPA (feedback metric, reflection LM)
-    tfgrpo_paper        TrainingFreeGRPO with the paper's recipe: no selection set, no gate, one batch
+    tfgrpo_paper        TrainingFreeGRPO with the paper's recipe: no selection set, no gate, one batch,
+                        every lesson in the prompt (top_k=None)
     tfgrpo              TrainingFreeGRPO with its defaults: gated on the selection rows
     tfgrpo_on_bootstrap TrainingFreeGRPO on the BootstrapFewShot program of the same run (demos kept)
 
@@ -85,8 +86,9 @@ ABLATIONS = ("direct_tips", "group1", "no_gt")
 TASKS = ("wordproblems", "gsm8k")
 # A method runs after the one it reads from: its student program, or the size of the library it imitates.
 READS_FROM = {"tfgrpo_on_bootstrap": "bootstrap", "direct_tips": "tfgrpo_paper"}
-# The paper's recipe: every step's edits kept, no selection set, the whole trainset as one batch.
-PAPER_RECIPE: dict[str, Any] = {"val_fraction": 0, "gate": False, "batch_size": None}
+# The paper's recipe: every step's edits kept, no selection set, the whole trainset as one batch, every
+# lesson in the prompt.
+PAPER_RECIPE: dict[str, Any] = {"val_fraction": 0, "gate": False, "batch_size": None, "top_k": None}
 CHARS_PER_TOKEN = 4  # the same rule as ExperienceLibrary.approx_tokens
 RECORD_FORMAT = "tfgrpo-compare-method"
 RUNS_FORMAT = "tfgrpo-compare-runs"
@@ -461,7 +463,7 @@ def compile_direct_tips(ctx: MethodContext, *, max_words: int = 32) -> Compiled:
                                           num_tips=count).tips
     texts = [" ".join(str(t).split()[:max_words]) for t in tips if str(t).strip()][:count]
     library = ExperienceLibrary.from_texts(texts)
-    return Compiled(with_experiences(program, library), {
+    return Compiled(with_experiences(program, library, top_k=None), {  # every tip, as in the paper's ablation
         "budget": {"tips_requested": count}, "library_size": len(library), "library": texts,
     })
 

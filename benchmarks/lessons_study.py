@@ -136,6 +136,10 @@ class Condition:
         k = match.group("k")
         return cls(name, match.group("lib"), match.group("placement"), int(k) if k else None)
 
+    def applies_to(self, task: StudyTask) -> bool:
+        """Whether ``task`` has this condition's library ("tips" is GSM8K's, "rules" the tickets')."""
+        return self.library in (None, "placebo", task.lessons_name)
+
     def program(self, task: StudyTask) -> dspy.Module:
         base = task.make_program()
         if self.library is None:
@@ -261,7 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gsm8k", metavar="PATH", help="GSM8K jsonl (or hub id / folder) for the gsm8k task")
     parser.add_argument("--tasks", nargs="+", choices=["gsm8k", "tickets"], default=["gsm8k", "tickets"])
-    parser.add_argument("--conditions", nargs="+", help="conditions to run (default: the task's grid)")
+    parser.add_argument("--conditions", nargs="+", help="conditions to run (default: the task's grid); a task "
+                        "skips those of the other task's library (tips: gsm8k, rules: tickets)")
     parser.add_argument("--n", type=int, default=100, help="held-out problems per task")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lm", default="local")
@@ -278,6 +283,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if "gsm8k" in args.tasks and not args.gsm8k:
         parser.error("the gsm8k task needs --gsm8k PATH (or --tasks tickets)")
+    for name in args.conditions or []:
+        try:
+            library = Condition.parse(name).library
+        except ValueError as error:
+            parser.error(f"--conditions: {error}")
+        if library not in (None, "placebo", "tips", "rules"):
+            parser.error(f"--conditions: {name!r} names library {library!r}; use tips (gsm8k), rules (tickets) "
+                         "or placebo")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logger.setLevel(logging.INFO)
     from tfgrpo_dspy.lm import make_lm
@@ -294,7 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               "load_average_start": os.getloadavg()[0], "tasks": []}
     for name in args.tasks:
         task = gsm8k_task(args.gsm8k, args.n, args.seed) if name == "gsm8k" else tickets_task(args.n, args.seed)
-        names = args.conditions or DEFAULT_GRID[name]
+        # One --conditions list serves every task: each runs the conditions of its own library.
+        names = [c for c in args.conditions or DEFAULT_GRID[name] if Condition.parse(c).applies_to(task)]
         if "none" not in names:
             names = ["none", *names]
         records = {c: run_condition(task, Condition.parse(c), lm, args.runs, args.threads) for c in names}

@@ -190,7 +190,7 @@ def test_ablation_wiring(split, lm):
     assert (no_gt.ground_truth, no_gt.metric, no_gt.group_size) == (False, None, budget.group_size)
     assert group1.reflection_lm is ctx.roles.reflection
     paper = compare.tfgrpo_optimizer(ctx, **compare.PAPER_RECIPE)
-    assert (paper.gate, paper.val_fraction, paper.batch_size) == (False, 0, None)
+    assert (paper.gate, paper.val_fraction, paper.batch_size, paper.top_k) == (False, 0, None, None)
 
     ctx.learned_library_size = 3
     compiled = compare.compile_direct_tips(ctx)

@@ -137,6 +137,12 @@ def test_train_flags_no_gate_placement_and_warm_start(scripted, tmp_path):
     settings = cli._train_settings(cli.TASKS["wordproblems"], args)
     assert settings["gate"] is False and settings["placement"] == "input" and settings["top_k"] == 2
     assert settings["val_fraction"] == 0
+    every = cli.build_parser().parse_args(["train", "--task", "wordproblems", "--out", "x", "--top-k", "0"])
+    assert cli._train_settings(cli.TASKS["wordproblems"], every)["top_k"] is None  # 0 = every lesson
+    unset = cli.build_parser().parse_args(["train", "--task", "wordproblems", "--out", "x"])
+    assert "top_k" not in cli._train_settings(cli.TASKS["wordproblems"], unset)  # the optimizer's default, 2
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["train", "--task", "wordproblems", "--out", "x", "--top-k", "-1"])
     assert run("train", "--task", "wordproblems", "--n", "2", "--group-size", "2", "--epochs", "1", "--library",
                str(tmp_path / "start.json"), "--out", str(tmp_path / "warm")) == 0
     first_policy = next(c for c in scripted._engine_spec.calls if c.kind == "policy")

@@ -92,3 +92,55 @@ def test_with_experiences_type_errors():
         with_experiences("not a program", lib("x"))
     with pytest.raises(TypeError, match="ExperienceLibrary"):
         with_experiences(dspy.Predict("q -> a"), ["x"])
+
+
+FOUR_LESSONS = ("When a price is per item, multiply by the number of items.",
+                "When a train travels, divide the distance by the speed to get the time.",
+                "When a recipe is scaled, scale every ingredient by the same factor.",
+                "When money is shared equally, divide the total by the number of people.")
+
+
+def messages_of(program, **inputs):
+    with dspy.context(lm=dspy.utils.DummyLM([{"answer": "ok"}] * 4)):
+        program(**inputs)
+        messages = dspy.settings.lm.history[-1]["messages"]
+    system = " ".join(m["content"] for m in messages if m["role"] == "system")
+    user = " ".join(m["content"] for m in messages if m["role"] == "user")
+    return system, user
+
+
+def test_by_default_each_call_sees_its_two_most_relevant_lessons():
+    program = with_experiences(dspy.Predict("question -> answer"), lib(*FOUR_LESSONS))
+    system, _ = messages_of(program, question="A train travels 120 km at a speed of 60 km per hour. What time?")
+    assert FOUR_LESSONS[1] in system
+    assert sum(lesson in system for lesson in FOUR_LESSONS) == 2
+    system, _ = messages_of(program, question="Four people share 20 dollars of money equally.")
+    assert FOUR_LESSONS[3] in system and FOUR_LESSONS[1] not in system
+
+
+def test_top_k_none_shows_every_lesson_in_the_saved_instructions():
+    program = with_experiences(dspy.Predict("question -> answer"), lib(*FOUR_LESSONS), top_k=None)
+    assert all(lesson in program.signature.instructions for lesson in FOUR_LESSONS)
+    system, _ = messages_of(program, question="A train travels 120 km.")
+    assert all(lesson in system for lesson in FOUR_LESSONS)
+
+
+@pytest.mark.parametrize(("placement", "in_system", "in_user"),
+                         [("instructions", True, False), ("input", False, True), ("both", True, True)])
+def test_placement_puts_the_lessons_in_the_system_or_the_user_message(placement, in_system, in_user):
+    program = with_experiences(dspy.Predict("question -> answer"), lib("When asked twice, answer once."),
+                               placement=placement)
+    system, user = messages_of(program, question="hi")
+    assert ("When asked twice, answer once." in system) is in_system
+    assert ("When asked twice, answer once." in user) is in_user
+
+
+def test_save_and_load_keep_the_placement_and_top_k(tmp_path):
+    from tfgrpo_dspy.injection import placement_of
+
+    program = with_experiences(dspy.Predict("question -> answer"), lib(*FOUR_LESSONS), placement="input", top_k=3)
+    program.save(tmp_path / "p.json")
+    fresh = with_experiences(dspy.Predict("question -> answer"), lib("placeholder"))
+    fresh.load(tmp_path / "p.json")
+    assert placement_of(fresh) == ("input", 3)
+    assert [e.text for e in library_of(fresh)] == list(FOUR_LESSONS)

@@ -1,5 +1,6 @@
 """The lessons study: conditions, paired rows against none and against the placebo, resume, flip count."""
 
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -42,6 +43,19 @@ def test_conditions_parse_and_refuse_nonsense():
     assert (parsed.library, parsed.placement, parsed.top_k) == ("rules", "input", 2)
     with pytest.raises(ValueError, match="must look like"):
         study.Condition.parse("rules@system")
+
+
+def test_each_task_runs_only_the_conditions_of_its_own_library(capsys):
+    tickets = study.tickets_task(4, 0)
+    gsm8k_like = dataclasses.replace(tickets, name="gsm8k", lessons_name="tips")
+    assert study.Condition.parse("rules@input").applies_to(tickets)
+    assert not study.Condition.parse("rules@input").applies_to(gsm8k_like)
+    assert study.Condition.parse("tips@instructions+top2").applies_to(gsm8k_like)
+    assert all(study.Condition.parse(c).applies_to(t) for c in ("none", "none#2", "placebo@both")
+               for t in (tickets, gsm8k_like))
+    with pytest.raises(SystemExit):
+        study.main(["--tasks", "tickets", "--conditions", "none", "tipz@input"])
+    assert "'tipz@input' names library 'tipz'" in capsys.readouterr().err
 
 
 def test_study_rows_are_paired_against_none_and_the_placebo_and_resume(monkeypatch, tmp_path):

@@ -21,6 +21,7 @@ from tfgrpo_dspy.library import ExperienceLibrary, write_json_atomic
 from tfgrpo_dspy.lm import make_lm
 from tfgrpo_dspy.optimizer import TrainingAborted, TrainingFreeGRPO
 from tfgrpo_dspy.results import TrainingFreeGRPOResult
+from tfgrpo_dspy.settings import DEFAULT_TOP_K
 from tfgrpo_dspy.tasks import Task, TaskData
 
 logger = logging.getLogger("tfgrpo_dspy")
@@ -30,6 +31,17 @@ _CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # newlines kept: they s
 
 
 # -- argument groups ----------------------------------------------------------------------------
+def _top_k(text: str) -> int:
+    """``--top-k``: a count of lessons per call; 0 means every lesson (None in the API)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0 (0 = every lesson), got {text!r}")
+    return value
+
+
 def _add_lm_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lm", default="local", help="policy LM: 'local' (embedded, default), 'local:0.5b', "
                         "or any DSPy model string such as openai/gpt-4o-mini or deepseek/deepseek-chat")
@@ -80,7 +92,8 @@ def _add_train_command(sub: Any) -> None:
                        "(0 = no selection: every step's edits are kept, the paper's recipe)")
     train.add_argument("--no-gate", action="store_true", help="keep every step's edits; ship the best scored library")
     train.add_argument("--placement", choices=["instructions", "input", "both"], help="where the lessons go")
-    train.add_argument("--top-k", type=int, help="show each call only its k most relevant lessons")
+    train.add_argument("--top-k", type=_top_k, help="show each call only its k most relevant lessons (default 2; "
+                       "0 = every lesson, the paper's recipe)")
     train.add_argument("--max-lm-calls", type=int, help="stop cleanly after this many billed LM calls")
     train.add_argument("--max-tokens-budget", type=int, help="stop cleanly after this many tokens")
     train.add_argument("--max-cost", type=float, help="stop cleanly after this many USD (where the LM reports cost)")
@@ -98,7 +111,9 @@ def _add_eval_command(sub: Any) -> None:
     evaluate.add_argument("--temperature", type=float, help="sampling temperature (default: the task's)")
     evaluate.add_argument("--placement", choices=["instructions", "input", "both"], default="instructions",
                           help="where the library's lessons go (as in training)")
-    evaluate.add_argument("--top-k", type=int, help="show each call only its k most relevant lessons")
+    evaluate.add_argument("--top-k", type=_top_k, default=DEFAULT_TOP_K,
+                          help="show each call only its k most relevant lessons (as in training; default 2, "
+                          "0 = every lesson)")
     evaluate.add_argument("--num-threads", type=int, default=4)
     evaluate.add_argument("--out", help="write the reports as JSON here")
 
@@ -218,6 +233,8 @@ def _train_settings(task: Task, args: argparse.Namespace) -> dict[str, Any]:
         "val_fraction": args.val_fraction, "placement": args.placement, "top_k": args.top_k,
     }
     settings.update({k: v for k, v in overrides.items() if v is not None})
+    if settings.get("top_k") == 0:
+        settings["top_k"] = None  # every lesson
     if args.no_ground_truth:
         settings.update(ground_truth=False, answer_field=task.answer_field)
     if args.no_summaries:
@@ -316,7 +333,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         library = ExperienceLibrary.load(args.library)
         reports["with library"] = evaluate_at_k(program, examples, metric, k=k, temperature=temperature,
                                                 num_threads=args.num_threads, lm=policy, library=library,
-                                                placement=args.placement, top_k=args.top_k,
+                                                placement=args.placement, top_k=args.top_k or None,
                                                 answer_field=task.answer_field)
     print(f"{task.name}: {len(examples)} examples, k={k}, temperature={temperature}")
     for name, report in reports.items():

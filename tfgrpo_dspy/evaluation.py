@@ -21,6 +21,7 @@ import dspy
 from dspy.utils.parallelizer import ParallelExecutor
 
 from tfgrpo_dspy.rollouts import Rollout, run_rollout
+from tfgrpo_dspy.settings import DEFAULT_TOP_K
 from tfgrpo_dspy.usage import Usage
 
 logger = logging.getLogger(__name__)
@@ -144,7 +145,7 @@ def evaluate_at_k(
     lm: dspy.BaseLM | None = None,
     library: Any = None,
     placement: str = "instructions",
-    top_k: int | None = None,
+    top_k: int | None = DEFAULT_TOP_K,
     answer_field: str = "answer",
     success_threshold: float = 1.0,
     rollout_id_offset: int = 0,

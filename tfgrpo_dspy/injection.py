@@ -7,11 +7,13 @@ shows it on every call in one of three placements:
     "input"         an ``experiences`` input field placed before the task inputs (the user message)
     "both"          both of the above
 
-With ``top_k``, each call shows only the k lessons most relevant to its inputs (BM25 over the lesson
-texts, query = the input values). Training and deployment use the same class, so the model sees the
-lessons in exactly the same place. The library is saved with the program (``program.save``) as part
-of each predictor's state; with the instructions placement and no ``top_k`` the block is also in the
-saved instructions, so even a plain DSPy program of the same shape that loads the file shows it.
+With ``top_k`` (default 2, `DEFAULT_TOP_K`), each call shows only the k lessons most relevant to its
+inputs (BM25 over the lesson texts, query = the input values); ``top_k=None`` shows every lesson.
+Training and deployment use the same class, so the model sees the lessons in exactly the same place.
+The library is saved with the program (``program.save``) as part of each predictor's state; with the
+instructions placement and every lesson shown (``top_k=None``, or no more than k lessons) the block is
+also in the saved instructions, so even a plain DSPy program of the same shape that loads the file
+shows it.
 `library_of` reads a program's library back from either.
 """
 
@@ -25,7 +27,7 @@ import dspy
 from dspy.primitives.module import set_attribute_by_name
 
 from tfgrpo_dspy.library import Experience, ExperienceLibrary
-from tfgrpo_dspy.settings import PLACEMENTS
+from tfgrpo_dspy.settings import DEFAULT_TOP_K, PLACEMENTS
 
 BLOCK_START = "--- BEGIN EXPERIENCE LIBRARY (tfgrpo-dspy) ---"
 BLOCK_END = "--- END EXPERIENCE LIBRARY ---"
@@ -112,7 +114,7 @@ class ExperiencePredict(dspy.Predict):
         if EXPERIENCES_FIELD in new.signature.input_fields:
             new.signature = new.signature.delete(EXPERIENCES_FIELD)
         # The stored signature is what plain DSPy saves: the static block when there is one.
-        static = placement == "instructions" and top_k is None
+        static = placement == "instructions" and (top_k is None or len(library) <= top_k)
         new.signature = new.signature.with_instructions(
             inject_instructions(base, library) if static else base)
         return new
@@ -180,7 +182,7 @@ def with_experiences(
     predictors: Sequence[str] | None = None,
     *,
     placement: str = "instructions",
-    top_k: int | None = None,
+    top_k: int | None = DEFAULT_TOP_K,
 ) -> dspy.Module:
     """A deep copy of ``program`` whose predictors show ``library`` on every call.
 
@@ -189,7 +191,8 @@ def with_experiences(
         library: the lessons; an empty library removes a previous one.
         predictors: names from ``program.named_predictors()``; None means every predictor.
         placement: "instructions", "input" or "both" (see the module docstring).
-        top_k: show each call only its k most relevant lessons; None shows all.
+        top_k: show each call only its k most relevant lessons (default 2, see `DEFAULT_TOP_K`); None shows
+            all.
     """
     if not isinstance(program, dspy.Module):
         raise TypeError(f"program must be a dspy.Module, got {type(program).__name__}")

@@ -15,6 +15,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 PLACEMENTS = ("instructions", "input", "both")
+# Each call sees its two most relevant lessons: the only dose that measurably helped the embedded model
+# (benchmarks/results/lessons_study.md: house rules, +11 points [+2, +20] on 100 held-out tickets; all
+# ten rules at once -5, n.s.). None shows every lesson, the paper's recipe.
+DEFAULT_TOP_K = 2
 
 
 def setting(default: Any, doc: str, *, role: Literal["run", "runtime"] = "run", minimum: float | None = None,
@@ -49,8 +53,8 @@ class TrainingFreeGRPOSettings:
     max_words: int = setting(32, "hard cap on the words of one lesson, enforced in code", minimum=1)
     placement: str = setting("instructions", "where the lessons go: 'instructions' (after the predictor's own "
                              "instructions), 'input' (an 'experiences' input field before the task input), or 'both'")
-    top_k: int | None = setting(None, "give each call only the k lessons most relevant to its input (BM25); "
-                                "None = all lessons", minimum=1)
+    top_k: int | None = setting(DEFAULT_TOP_K, "give each call only the k lessons most relevant to its input "
+                                "(BM25); None = all lessons (the paper's recipe)", minimum=1)
     predictors: tuple[str, ...] | None = setting(None, "names of the predictors that carry the library; None = all")
     # -- reflection ----------------------------------------------------------------------------------
     summarize: bool = setting(True, "summarize each rollout of an informative group before extraction (the paper); "
