@@ -122,3 +122,12 @@ def test_the_final_library_is_the_one_compile_returned_not_the_last_steps(tmp_pa
     final = text[text.index("Final library"):]
     assert "Final library: 0 lessons" in final and "the library compile returned: the starting library" in final
     assert html.escape(BAD) not in final
+
+
+def test_a_cli_run_log_is_titled_by_its_output_folder(gated_run, tmp_path):
+    import shutil
+
+    log = tmp_path / "my_run" / "log"  # what `tfgrpo train --out my_run` writes
+    shutil.copytree(gated_run, log, ignore=shutil.ignore_patterns("report.*"))
+    page, _ = write_report(log)
+    assert "<h1>Training-Free GRPO run: my_run/log</h1>" in page.read_text(encoding="utf-8")

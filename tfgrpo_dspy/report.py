@@ -283,7 +283,9 @@ def _header(run: Run) -> str:
              ("completed steps", len(run.steps)), ("stop reason", run.state.get("stopped") or "none recorded")]
     key = _table(None, ((k, str(settings[k])) for k in KEY_SETTINGS if k in settings))
     everything = _table(("setting", "value"), ((k, str(v)) for k, v in settings.items()))
-    return (f"<h1>Training-Free GRPO run: {esc(run.root.resolve().name)}</h1><div class=\"row\">{_table(None, facts)}"
+    root = run.root.resolve()
+    name = f"{root.parent.name}/{root.name}" if root.name == "log" else root.name  # the CLI's OUT/log
+    return (f"<h1>Training-Free GRPO run: {esc(name)}</h1><div class=\"row\">{_table(None, facts)}"
             f"{key}</div><details><summary>all settings</summary>{everything}</details>")
 
 
