@@ -190,11 +190,22 @@ def summarize(task: StudyTask, records: dict[str, dict[str, Any]]) -> list[dict[
             row["vs_none"] = compare_paired(base["scores"], record["scores"]).to_dict()
             if name.startswith("none#"):
                 row["flips_vs_none"] = sum(a != b for a, b in zip(base["answers"], record["answers"], strict=True))
-        placebo = records.get(f"placebo@{condition.placement}") if condition.library == task.lessons_name else None
-        if placebo is not None:
-            row["vs_placebo"] = compare_paired(placebo["scores"], record["scores"]).to_dict()
+        placebo_name = _matching_placebo(condition, records) if condition.library == task.lessons_name else None
+        if placebo_name is not None:
+            row["vs_placebo"] = compare_paired(records[placebo_name]["scores"], record["scores"]).to_dict()
+            row["placebo"] = placebo_name
         rows.append(row)
     return rows
+
+
+def _matching_placebo(condition: Condition, records: dict[str, dict[str, Any]]) -> str | None:
+    """The placebo run that differs from ``condition`` only in the text: same placement and dose if it ran,
+    else the same placement with every sentence."""
+    dose = f"+top{condition.top_k}" if condition.top_k else ""
+    for name in (f"placebo@{condition.placement}{dose}", f"placebo@{condition.placement}"):
+        if name in records:
+            return name
+    return None
 
 
 def _cell(comparison: dict[str, Any] | None) -> str:
@@ -203,6 +214,12 @@ def _cell(comparison: dict[str, Any] | None) -> str:
     mark = "" if comparison["significant"] else " (n.s.)"
     return (f"{100 * comparison['delta']:+.1f} [{100 * comparison['ci_low']:+.1f}, {100 * comparison['ci_high']:+.1f}]"
             f" {comparison['wins']}/{comparison['losses']} p={comparison['p_value']:.3f}{mark}")
+
+
+def _placebo_cell(row: dict[str, Any]) -> str:
+    if "vs_placebo" not in row:
+        return "-"
+    return f"{_cell(row['vs_placebo'])} ({row['placebo']})"
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -214,12 +231,12 @@ def markdown(report: dict[str, Any]) -> str:
              "the exact sign-test p-value; (n.s.) = the interval includes zero: no measurable change.", ""]
     for task in report["tasks"]:
         lines += [f"## {task['name']}: {task['kind']} ({task['n']} held-out problems; {task['source']})", "",
-                  "| condition | accuracy | Δ vs none | Δ vs placebo, same placement | s | tokens/call |",
+                  "| condition | accuracy | Δ vs none | Δ vs placebo (which one) | s | tokens/call |",
                   "|---|---|---|---|---|---|"]
         for row in task["rows"]:
             extra = f" ({row['flips_vs_none']} answers differ from the first run)" if "flips_vs_none" in row else ""
             lines.append(f"| {row['condition']}{extra} | {100 * row['accuracy']:.1f}% | {_cell(row.get('vs_none'))} "
-                         f"| {_cell(row.get('vs_placebo'))} | {row['seconds']:.0f} | {row['tokens_per_call']} |")
+                         f"| {_placebo_cell(row)} | {row['seconds']:.0f} | {row['tokens_per_call']} |")
         lines.append("")
     return "\n".join(lines)
 

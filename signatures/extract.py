@@ -16,15 +16,18 @@ class ProposedLesson(BaseModel):
 
 class ExtractLesson(dspy.Signature):
     """Several attempts of the same AI program at the same input were scored. Compare the attempts that
-    scored above the group's average (positive advantage) with those below it and find what made the
-    difference. Then decide whether that difference teaches a GENERAL lesson that would help on OTHER
-    inputs of this task.
+    scored above the group's average (positive advantage) with those below it, and the reference solution
+    when there is one: find the first step where a worse attempt went wrong. Then decide whether that
+    mistake teaches a GENERAL lesson that would help on OTHER inputs of this task.
 
     - A lesson is a transferable strategy: a condition that can be recognised in a new input, and what
       to do then. It never mentions a name, number, object or answer of this input.
-    - If the worse attempts made a one-off slip (a miscount, a typo, a random arithmetic error) that no
-      general advice would prevent, or the difference is already covered by a lesson in the library,
-      return no lesson: an empty list is a good answer.
+    - How a lesson is made, on another task: a worse attempt added "1 hour 30 minutes" and "45 minutes"
+      as 1.30 + 45. A good lesson: condition "durations mix hours and minutes", action "turn every
+      duration into minutes before adding". A bad lesson: "When the walk takes 1 hour 30 minutes, the
+      total is 135 minutes" (it restates that input).
+    - Return an empty list when the worse attempts only slipped once (a miscount or typo no advice would
+      prevent) or a lesson in the library already covers the mistake.
     - If an existing lesson misled the worse attempts, list its id as misleading; if the better attempts
       followed a lesson, list its id as useful.
     Propose at most max_lessons lessons."""
@@ -35,8 +38,8 @@ class ExtractLesson(dspy.Signature):
     experience_library: str = dspy.InputField(desc="the current lessons, as '[E<id>] text' lines")
     max_lessons: int = dspy.InputField(desc="the most lessons you may propose")
     max_words: int = dspy.InputField(desc="the most words one lesson (condition and action together) may have")
-    difference: str = dspy.OutputField(desc="what the better attempts did that the worse ones did not, in one or "
-                                       "two sentences")
+    difference: str = dspy.OutputField(desc="the first step where a worse attempt went wrong and what the better "
+                                       "attempts or the reference did there, in your own words")
     lessons: list[ProposedLesson] = dspy.OutputField(desc="0 to max_lessons general lessons; [] when there is none")
     misleading: list[str] = dspy.OutputField(desc="ids of existing lessons that misled the worse attempts, such as "
                                              "['E3']; [] if none")

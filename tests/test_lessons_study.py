@@ -78,3 +78,13 @@ def test_study_rows_are_paired_against_none_and_the_placebo_and_resume(monkeypat
     calls = policy.calls
     assert study.main(argv) == 0  # every condition is read back from --runs
     assert policy.calls == calls
+
+
+def test_a_condition_is_compared_with_the_placebo_of_the_same_placement_and_dose():
+    records = {"none": {}, "placebo@instructions": {}, "placebo@instructions+top2": {}}
+    assert study._matching_placebo(study.Condition.parse("tips@instructions+top2"), records) == \
+        "placebo@instructions+top2"
+    assert study._matching_placebo(study.Condition.parse("tips@instructions"), records) == "placebo@instructions"
+    # No placebo at that dose: fall back to the same placement with every sentence.
+    assert study._matching_placebo(study.Condition.parse("tips@instructions+top4"), records) == "placebo@instructions"
+    assert study._matching_placebo(study.Condition.parse("tips@input"), records) is None

@@ -160,6 +160,17 @@ def test_a_restating_lesson_is_rewritten_once_or_dropped():
     assert verdicts[0].text is None and verdicts[0].reason.startswith("restates its example")
 
 
+def test_a_lesson_that_echoes_the_prompts_own_example_is_dropped_without_a_rewrite():
+    echo = [{"condition": "durations mix hours and minutes",
+             "action": "turn every duration into minutes before adding"}]
+    _, verdicts, kinds = _extract(echo)
+    assert kinds == ["extract"]  # no generalize call: an echo has nothing to rewrite
+    assert verdicts[0].text is None and verdicts[0].reason.startswith("copies the reflection prompt")
+    own = [{"condition": "a total is split into equal shares", "action": "divide the total by the number of shares"}]
+    assert _extract(own)[1][0].text == ("When a total is split into equal shares, divide the total by the number "
+                                        "of shares.")
+
+
 def test_over_long_lessons_are_shortened_once_or_dropped():
     reflector = Reflector(scripted_lm(default_reflection))
     guard = LessonGuard(reflector, Vocabulary(), max_words=10)

@@ -2,7 +2,9 @@
 
 A proposed lesson and an update's add / modify / merge text are checked in code (`lessons.restated_details`):
 one that restates its example gets one `GeneralizeLesson` rewrite and is dropped if the rewrite
-still restates it; one over the word limit gets one `ShortenLesson` rewrite and is dropped if still
+still restates it; one that copies a clause of the extraction prompt itself (its worked example, its
+wording) is dropped at once, since a small model that echoes its prompt has no lesson to rewrite; one over
+the word limit gets one `ShortenLesson` rewrite and is dropped if still
 too long. Dropped texts are returned with the reason, for the run log.
 """
 
@@ -12,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tfgrpo_dspy.lessons import ExampleMaterial, Vocabulary, restated_details
+from tfgrpo_dspy.lessons import ExampleMaterial, Vocabulary, copied_clause, restated_details
 from tfgrpo_dspy.library import normalize_text, word_count
 from tfgrpo_dspy.reflection import Reflector
 from tfgrpo_dspy.usage import Usage
@@ -44,6 +46,7 @@ class LessonGuard:
         self.vocabulary = vocabulary
         self.max_words = max_words
         self.generalize = generalize
+        self.prompt_text = reflector.signatures.extract.instructions
 
     def problem(self, text: str, materials: Sequence[ExampleMaterial]) -> str | None:
         """Why ``text`` restates one of ``materials``, or None."""
@@ -58,6 +61,10 @@ class LessonGuard:
     def check(self, text: str, materials: Sequence[ExampleMaterial]) -> Verdict:
         text = normalize_text(text)
         usage = Usage()
+        echoed = copied_clause(text, self.prompt_text)
+        if echoed is not None:
+            logger.info("dropped a lesson that copies the extraction prompt (%r): %s", echoed, text)
+            return Verdict(None, f"copies the reflection prompt: {echoed!r}", usage)
         problem = self.problem(text, materials)
         if problem is not None:
             task_text = "\n\n".join(m.task_text for m in materials)
