@@ -160,7 +160,8 @@ PRESETS: dict[str, Budget] = {
     "embedded": Budget(train_n=6, val_n=3, test_n=8, max_bootstrapped_demos=2, max_labeled_demos=2,
                        simba_bsize=3, simba_candidates=2, simba_steps=1, gepa_max_metric_calls=18,
                        gepa_minibatch=3, group_size=3, epochs=1, batch_size=3),
-    # Real GSM8K problems, greedy paired evaluation on 100 held-out problems, within 150 minutes on 2 cores.
+    # Real GSM8K problems, greedy paired evaluation on 100 held-out problems. Meant to fit 150 minutes on 2
+    # cores; on this machine it takes many hours (see benchmarks/README.md, "Runtime of the gsm8k preset").
     # MIPROv2, SIMBA and GEPA are selectable (--methods) but do not fit the time budget.
     # Greedy calls use the batched server with its prompt cache (repeatable_greedy=False): on this 2-core
     # machine the repeatable one-slot server costs about 2.4x the time; the preset measures the flip rate instead.
