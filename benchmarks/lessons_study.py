@@ -283,7 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gsm8k", metavar="PATH", help="GSM8K jsonl (or hub id / folder) for the gsm8k task")
     parser.add_argument("--tasks", nargs="+", choices=["gsm8k", "tickets"], default=["gsm8k", "tickets"])
     parser.add_argument("--conditions", nargs="+", help="conditions to run (default: the task's grid); a task "
-                        "skips those of the other task's library (tips: gsm8k, rules: tickets)")
+                        "skips those of the other task's library (tips: gsm8k, rules: tickets); the table also "
+                        "shows every condition already finished in --runs")
     parser.add_argument("--n", type=int, default=100, help="held-out problems per task")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lm", default="local")
@@ -328,6 +329,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         names = [c for c in args.conditions or DEFAULT_GRID[name] if Condition.parse(c).applies_to(task)]
         if "none" not in names:
             names = ["none", *names]
+        # The table keeps every condition already finished for this task, in the order they ran.
+        finished = sorted((args.runs / task.name).glob("*.json"), key=lambda path: path.stat().st_mtime)
+        names = list(dict.fromkeys([*names[:1], *(path.stem for path in finished), *names[1:]]))
         records = {c: run_condition(task, Condition.parse(c), lm, args.runs, args.threads) for c in names}
         report["tasks"].append({"name": task.name, "kind": task.kind, "n": len(task.examples), "source": task.source,
                                 "lessons": list(task.lessons), "placebo": list(task.placebo),
