@@ -21,8 +21,9 @@ Two kinds of lessons on two tasks:
     python benchmarks/lessons_study.py --gsm8k /work/shared/data/gsm8k/train.jsonl       # the default grid
     python benchmarks/lessons_study.py --tasks tickets --conditions none rules@input      # a part of it
 
-Every finished condition is saved under ``--runs`` at once (per-problem answers and scores); a rerun
-skips what is finished. Writes benchmarks/results/lessons_study.{json,md,png}.
+Every finished condition is saved under ``--runs`` at once (per-problem answers and scores), and an
+unfinished one every 10 problems; a rerun skips what is finished and resumes an interrupted condition.
+Writes benchmarks/results/lessons_study.{json,md,png}.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import dspy
 
 from tfgrpo_dspy import ExperienceLibrary, with_experiences
 from tfgrpo_dspy.evaluation import EvalReport, evaluate_at_k
+from tfgrpo_dspy.library import write_json_atomic
 from tfgrpo_dspy.stats import compare_paired
 
 logger = logging.getLogger("lessons_study")
@@ -88,8 +90,8 @@ class StudyTask:
 
 
 def gsm8k_task(path: str, n: int, seed: int) -> StudyTask:
-    """Held-out GSM8K rows: the last ``n`` of a seeded split that also leaves train and selection rows unused
-    (the same rows as the gsm8k comparison preset's held-out part with the same seed)."""
+    """Held-out GSM8K rows: the last ``n`` of a seeded split that leaves 32 train and 24 selection rows unused
+    before them (not the compare.py gsm8k preset's held-out rows, which follow 16 + 20)."""
     from tfgrpo_dspy.kits.math.data import gsm8k_splits
     from tfgrpo_dspy.kits.wordproblems import numeric_match
 
@@ -152,28 +154,45 @@ class Condition:
                                 top_k=self.top_k)
 
 
-def run_condition(task: StudyTask, condition: Condition, lm: dspy.LM, runs: Path, threads: int) -> dict[str, Any]:
-    """Score one condition (or read it back from ``runs``): per-problem scores and answers."""
+def run_condition(task: StudyTask, condition: Condition, lm: dspy.LM, runs: Path, threads: int, *,
+                  chunk: int = 10) -> dict[str, Any]:
+    """Score one condition (or read it back from ``runs``): per-problem scores and answers.
+
+    Problems are scored ``chunk`` at a time and each finished chunk is appended to
+    ``<condition>.partial.json``, so an interrupted condition resumes where it stopped instead of
+    starting over (a GSM8K condition is over an hour on a slow 2-core machine).
+    """
     path = runs / task.name / f"{condition.name}.json"
     if path.exists():
         return json.loads(path.read_text())
-    logger.info("%s: %s on %d problems ...", task.name, condition.name, len(task.examples))
-    started = time.perf_counter()
-    report: EvalReport = evaluate_at_k(condition.program(task), task.examples, task.metric, k=1, temperature=0.0,
-                                       num_threads=threads, lm=lm, answer_field=task.answer_field, progress=False)
-    record = {
-        "condition": condition.name,
-        "scores": [e.samples[0].score for e in report.examples],
-        "answers": [e.samples[0].answer for e in report.examples],
-        "errors": report.program_errors + report.metric_errors,
-        "prompt_tokens": report.usage.prompt_tokens,
-        "completion_tokens": report.usage.completion_tokens,
-        "seconds": round(time.perf_counter() - started, 1),
-        "load_average": os.getloadavg()[0],
-    }
+    partial_path = path.with_suffix(".partial.json")
+    record = json.loads(partial_path.read_text()) if partial_path.exists() else {
+        "condition": condition.name, "scores": [], "answers": [], "errors": 0, "prompt_tokens": 0,
+        "completion_tokens": 0, "seconds": 0.0}
+    done, total = len(record["scores"]), len(task.examples)
+    logger.info("%s: %s on %d problems%s ...", task.name, condition.name, total,
+                f" (resuming after {done})" if done else "")
+    program = condition.program(task)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1))
-    logger.info("%s: %s -> %.3f in %.0f s", task.name, condition.name, report.mean_at_k, record["seconds"])
+    for start in range(done, total, chunk):
+        started = time.perf_counter()
+        report: EvalReport = evaluate_at_k(program, task.examples[start : start + chunk], task.metric, k=1,
+                                           temperature=0.0, num_threads=threads, lm=lm,
+                                           answer_field=task.answer_field, progress=False, rollout_id_offset=start)
+        record["scores"] += [e.samples[0].score for e in report.examples]
+        record["answers"] += [e.samples[0].answer for e in report.examples]
+        record["errors"] += report.program_errors + report.metric_errors
+        record["prompt_tokens"] += report.usage.prompt_tokens
+        record["completion_tokens"] += report.usage.completion_tokens
+        record["seconds"] = round(record["seconds"] + time.perf_counter() - started, 1)
+        write_json_atomic(partial_path, record)
+        logger.info("%s: %s %d/%d problems, %.3f so far, %.0f s", task.name, condition.name,
+                    len(record["scores"]), total, sum(record["scores"]) / len(record["scores"]), record["seconds"])
+    record["load_average"] = os.getloadavg()[0]
+    write_json_atomic(path, record)
+    partial_path.unlink(missing_ok=True)
+    logger.info("%s: %s -> %.3f in %.0f s", task.name, condition.name, sum(record["scores"]) / total,
+                record["seconds"])
     return record
 
 
@@ -330,7 +349,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "none" not in names:
             names = ["none", *names]
         # The table keeps every condition already finished for this task, in the order they ran.
-        finished = sorted((args.runs / task.name).glob("*.json"), key=lambda path: path.stat().st_mtime)
+        finished = sorted((path for path in (args.runs / task.name).glob("*.json")
+                           if not path.name.endswith(".partial.json")), key=lambda path: path.stat().st_mtime)
         names = list(dict.fromkeys([*names[:1], *(path.stem for path in finished), *names[1:]]))
         records = {c: run_condition(task, Condition.parse(c), lm, args.runs, args.threads) for c in names}
         report["tasks"].append({"name": task.name, "kind": task.kind, "n": len(task.examples), "source": task.source,

@@ -95,3 +95,31 @@ def test_a_condition_is_compared_with_the_placebo_of_the_same_placement_and_dose
     # No placebo at that dose: fall back to the same placement with every sentence.
     assert study._matching_placebo(study.Condition.parse("tips@instructions+top4"), records) == "placebo@instructions"
     assert study._matching_placebo(study.Condition.parse("tips@input"), records) is None
+
+
+def test_an_interrupted_condition_resumes_after_its_last_saved_chunk(monkeypatch, tmp_path):
+    policy = RuleFollower()
+    monkeypatch.setattr("tfgrpo_dspy.lm.make_lm", lambda spec, **kwargs: scripted_lm(policy))
+    real_evaluate, chunks = study.evaluate_at_k, []
+
+    def evaluate_then_die(*args, **kwargs):
+        if len(chunks) == 2:
+            raise KeyboardInterrupt  # the machine stops in the third chunk
+        chunks.append(kwargs["rollout_id_offset"])
+        return real_evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(study, "evaluate_at_k", evaluate_then_die)
+    argv = ["--tasks", "tickets", "--n", "25", "--conditions", "rules@instructions", "--runs", str(tmp_path / "runs"),
+            "--out-dir", str(tmp_path), "--threads", "2"]
+    with pytest.raises(KeyboardInterrupt):
+        study.main(argv)
+    partial = json.loads((tmp_path / "runs" / "tickets" / "none.partial.json").read_text())
+    assert len(partial["scores"]) == 20 and policy.calls == 20 and chunks == [0, 10]
+
+    monkeypatch.setattr(study, "evaluate_at_k", real_evaluate)
+    assert study.main(argv) == 0  # the rest of none, then the whole of rules@instructions
+    assert policy.calls == 25 + 25
+    assert not list((tmp_path / "runs" / "tickets").glob("*.partial.json"))
+    report = json.loads((tmp_path / "lessons_study.json").read_text())
+    rows = {row["condition"]: row for row in report["tasks"][0]["rows"]}
+    assert rows["none"]["n"] == 25 and rows["rules@instructions"]["n"] == 25
