@@ -128,6 +128,9 @@ class Budget:
     methods: tuple[str, ...] = ("none", "bootstrap", "mipro", "simba", "gepa", "tfgrpo_paper", "tfgrpo",
                                 *ABLATIONS)
     repeat_none: bool = False  # evaluate `none` a second time with DSPy's cache off and report the flip rate
+    # Score on the held-out rows the libraries the gated tfgrpo run decided on (at most this many besides the
+    # initial and the shipped one, whose held-out scores are none's and tfgrpo's own): did the gate's verdict hold?
+    gate_checks: int = 0
     # Options of the embedded model's server (tfgrpo_dspy.lm.make_lm("local", **lm_options)).
     lm_options: dict[str, Any] = field(default_factory=dict)
 
@@ -138,6 +141,8 @@ class Budget:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if isinstance(self.gate_checks, bool) or not isinstance(self.gate_checks, int) or self.gate_checks < 0:
+            raise ValueError(f"gate_checks must be an int >= 0, got {self.gate_checks!r}")
         if self.simba_bsize > self.train_n:
             raise ValueError(f"simba_bsize ({self.simba_bsize}) must not exceed train_n ({self.train_n})")
         if self.eval_temperature < 0:
@@ -171,7 +176,7 @@ PRESETS: dict[str, Budget] = {
                     gepa_max_metric_calls=150, gepa_minibatch=3, group_size=4, epochs=1, batch_size=None,
                     tfgrpo_summarize=False, task="gsm8k",
                     methods=("none", "bootstrap", "tfgrpo_paper", "tfgrpo", "tfgrpo_on_bootstrap"),
-                    repeat_none=True, lm_options={"n_parallel": 4, "repeatable_greedy": False}),
+                    repeat_none=True, gate_checks=3, lm_options={"n_parallel": 4, "repeatable_greedy": False}),
     # For a served model with real throughput: paper-like sizes.
     "server": Budget(train_n=30, val_n=20, test_n=100, k=4, seeds=3, num_threads=16, max_bootstrapped_demos=4,
                      max_labeled_demos=4, simba_bsize=8, simba_candidates=4, simba_steps=4,
@@ -779,7 +784,9 @@ def rewrap_library(program: dspy.Module) -> dspy.Module:
 
 def runs_manifest(preset: str, budget: Budget, lm_spec: str, splits: dict[str, Split]) -> dict[str, Any]:
     """What every record of a run directory depends on (seeds and the method list may grow between runs)."""
-    settings = {key: value for key, value in asdict(budget).items() if key not in ("seeds", "methods")}
+    # Seeds and methods may grow between runs; the repeat and the gate checks add records, never change one.
+    settings = {key: value for key, value in asdict(budget).items()
+                if key not in ("seeds", "methods", "repeat_none", "gate_checks")}
     data = {task: {"source": s.source, "sha256": _sha([[e.toDict() for e in part] for part in (s.train, s.val,
                                                                                                  s.test)])}
             for task, s in splits.items()}
@@ -877,6 +884,86 @@ def repeat_stage(run: SeedRun, program: dspy.Module, split: Split, budget: Budge
     return replace(run, repeat=repeat)
 
 
+GATE_CHECKED_METHODS = ("tfgrpo",)  # its student has no library, so `none` is its initial library
+
+
+def selection_libraries(log_dir: Path) -> dict[str, ExperienceLibrary]:
+    """Every library a TrainingFreeGRPO run scored on its selection set, by fingerprint, from its run log."""
+    libraries = {}
+    for path in sorted((log_dir / "selection").glob("*.json")):
+        record = read_json(path)
+        if isinstance(record, dict) and "library_file" in record:
+            libraries[path.stem] = ExperienceLibrary.from_dict(record["library_file"], origin=str(path))
+    return libraries
+
+
+def gate_check_stage(run: SeedRun, split: Split, budget: Budget, lm: dspy.LM, log_dir: Path,
+                     progress: bool) -> Iterator[SeedRun]:
+    """Score on the held-out rows the libraries the gate decided on; yields the run after each one (to save it).
+
+    The initial library's held-out scores are ``none``'s and the shipped library's are the method's own, so
+    neither is scored again; at most ``budget.gate_checks`` others are. Each checked candidate is recorded
+    in ``details["held_out_candidates"]`` by fingerprint: its per-problem scores, or why it was not scored.
+    """
+    settings = run.details.get("budget") or {}
+    libraries = selection_libraries(log_dir)
+    checked = dict(run.details.get("held_out_candidates") or {})
+    scored = sum("scores" in entry for entry in checked.values())
+    for candidate in run.details.get("candidates", []):
+        fingerprint = candidate["fingerprint"]
+        if candidate["step"] == 0 or fingerprint in checked:
+            continue
+        library = libraries.get(fingerprint)
+        if library is None:
+            entry = {"label": candidate["label"], "skipped": "its library is not in the run log"}
+        elif library.texts == list(run.details.get("library") or []):
+            entry = {"label": candidate["label"], "shipped": True}
+        elif scored >= budget.gate_checks:
+            entry = {"label": candidate["label"], "skipped": f"gate_checks={budget.gate_checks} reached"}
+        else:
+            logger.info("[%s] seed %d: held-out check of %r (%d lessons) ...", split.task, run.seed,
+                        candidate["label"], len(library))
+            program = with_experiences(split.make_program(), library, settings.get("predictors"),
+                                       placement=settings.get("placement", "instructions"),
+                                       top_k=settings.get("top_k"))
+            evaluation, meter = metered_copy(lm, "evaluation")
+            started = time.perf_counter()
+            report = evaluate_held_out(program, split, budget, evaluation, run.seed, progress)
+            entry = {"label": candidate["label"], "scores": [e.mean_score for e in report.examples],
+                     "eval_seconds": round(time.perf_counter() - started, 1), "usage": meter.usage.to_dict()}
+            scored += 1
+        checked[fingerprint] = entry
+        run = replace(run, details={**run.details, "held_out_candidates": checked})
+        yield run
+
+
+def gate_check_rows(run: dict[str, Any], base: Sequence[float] | None) -> list[dict[str, Any]]:
+    """Each gated candidate of one tfgrpo run beside its held-out result against the initial library (none).
+
+    A decision "held" when the held-out rows point the same way: an accepted library scores above the
+    initial one there, a rejected one does not.
+    """
+    checked = (run.get("details") or {}).get("held_out_candidates")
+    if not checked or base is None:
+        return []
+    own = [p["score"] for p in run.get("per_problem") or []]
+    rows = []
+    for candidate in run["details"].get("candidates", []):
+        entry = checked.get(candidate["fingerprint"])
+        if candidate["step"] == 0 or entry is None:
+            continue
+        scores = own if entry.get("shipped") else entry.get("scores")
+        row = {"label": candidate["label"], "selection_score": candidate["score"], "accepted": candidate["accepted"],
+               "net_wins": candidate.get("net_wins"), "size": candidate["size"], "skipped": entry.get("skipped"),
+               "held_out": None, "vs_initial": None, "held": None}
+        if scores and len(scores) == len(base):
+            comparison = compare_paired(base, scores)
+            row.update(held_out=statistics.fmean(scores), vs_initial=comparison.to_dict(),
+                       held=(comparison.delta > 0) == candidate["accepted"])
+        rows.append(row)
+    return rows
+
+
 def _wants_repeat(method: str, budget: Budget, run: SeedRun) -> bool:
     return (method == "none" and budget.repeat_none and run.seed == 0 and run.evaluated
             and (run.repeat is None or run.repeat.error is not None))
@@ -920,6 +1007,14 @@ def run_method(method: str, split: Split, lm: dspy.LM, budget: Budget, seed: int
         run = repeat_stage(run, program, split, budget, lm, progress)
         if store:
             store.save_run(split.task, method, seed, run)
+    if method in GATE_CHECKED_METHODS and budget.gate_checks and store is not None:
+        try:
+            log_dir = store.log_dir(split.task, method, seed)
+            for checked in gate_check_stage(run, split, budget, lm, log_dir, progress):
+                store.save_run(split.task, method, seed, checked)
+                run = checked
+        except Exception:  # the method's own result stands; a rerun tries the check again
+            logger.warning("held-out check of the gate failed:\n%s", traceback.format_exc())
     return run, program
 
 
@@ -1007,6 +1102,10 @@ def result_rows(results: Sequence[MethodResult]) -> list[dict[str, Any]]:
     for result in results:
         row = result.to_dict()
         row["vs_none"] = None if result.method == "none" else paired_vs(base, result)
+        if result.method in GATE_CHECKED_METHODS and none is not None:
+            none_runs = {r.seed: [p.score for p in r.per_problem] for r in none.ok_runs if r.evaluated}
+            for run in row["runs"]:
+                run["gate_check"] = gate_check_rows(run, none_runs.get(run["seed"]))
         rows.append(row)
     return rows
 
@@ -1115,6 +1214,34 @@ def library_sections(rows: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def gate_check_sections(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """For each gated run checked on the held-out rows: each decision beside what those rows say."""
+    lines: list[str] = []
+    for row in rows:
+        for run in row["runs"]:
+            checks = run.get("gate_check") or []
+            if not checks:
+                continue
+            seed = f", seed {run['seed']}" if len(row["runs"]) > 1 else ""
+            lines += [f"### {row['method']}{seed}: the gate's decisions checked on the held-out rows", "",
+                      "Each library the gate decided on, scored on the held-out rows against the initial library "
+                      "(`none`). A decision held when those rows point the same way: an accepted library above "
+                      "the initial one, a rejected one not above it.", "",
+                      "| candidate | selection score (net wins) | gate | held-out accuracy | Δ vs initial [95% CI] "
+                      "| decision held |", "|---|---|---|---|---|---|"]
+            for check in checks:
+                net = "" if check["net_wins"] is None else f" ({check['net_wins']:+d})"
+                held = ("-" if check["held"] is None else "yes" if check["held"] else "no")
+                held_out = (f"not scored: {check['skipped']}" if check["skipped"] else _fmt(check["held_out"]))
+                lines.append(f"| {check['label']} | {_fmt(check['selection_score'])}{net} | "
+                             f"{'accepted' if check['accepted'] else 'rejected'} | {held_out} | "
+                             f"{_delta_cell(check['vs_initial'])} | {held} |")
+            decided = [c for c in checks if c["held"] is not None]
+            lines += ["", f"The decision held for {sum(c['held'] for c in decided)} of {len(decided)} "
+                      "candidate(s) scored on the held-out rows.", ""]
+    return lines
+
+
 def write_json(report: dict[str, Any], path: Path) -> Path:
     write_json_atomic(path, report)
     return path
@@ -1172,7 +1299,8 @@ def write_markdown(report: dict[str, Any], path: Path) -> Path:
                   f"({split['source']}), disjoint, the same for every method.", ""]
         if budget.get("repeat_none"):
             lines += [flip_line(data.get("repeatability")), ""]
-        lines += [render_table(data["results"], budget["k"]), "", *library_sections(data["results"])]
+        lines += [render_table(data["results"], budget["k"]), "", *library_sections(data["results"]),
+                  *gate_check_sections(data["results"])]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
@@ -1339,6 +1467,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="skip the generated word problems (presets other than gsm8k)")
     parser.add_argument("--gsm8k", metavar="PATH",
                         help="also compare on GSM8K problems from this file (presets other than gsm8k)")
+    parser.add_argument("--no-repeat", action="store_true",
+                        help="skip the preset's second evaluation of `none` (the flip rate)")
+    parser.add_argument("--gate-checks", type=int, metavar="N",
+                        help="score on the held-out rows at most N libraries the gated tfgrpo run decided on "
+                             "(default: the preset's; 0 = none)")
     parser.add_argument("--seeds", type=int, help="override the preset's number of seeds")
     parser.add_argument("--data-seed", type=int, default=0, help="seed of the data split (same for every method)")
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
@@ -1359,6 +1492,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error(f"--gsm8k {args.gsm8k}: no such file")
     if args.seeds is not None and args.seeds < 1:
         parser.error("--seeds must be >= 1")
+    if args.gate_checks is not None and args.gate_checks < 0:
+        parser.error("--gate-checks must be >= 0")
     return args
 
 
@@ -1372,6 +1507,10 @@ def preset_budget(args: argparse.Namespace) -> Budget:
     options = dict(budget.lm_options) if args.lm.startswith("local") else {}
     options.update(dict(args.lm_option))
     budget = replace(budget, lm_options=options)
+    if getattr(args, "no_repeat", False):
+        budget = replace(budget, repeat_none=False)
+    if getattr(args, "gate_checks", None) is not None:
+        budget = replace(budget, gate_checks=args.gate_checks)
     return replace(budget, seeds=args.seeds) if args.seeds is not None else budget
 
 

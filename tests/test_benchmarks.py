@@ -473,8 +473,10 @@ def test_lm_options_parse_from_the_command_line():
 
 
 def _calls_of(record):
+    checks = (record["run"]["details"].get("held_out_candidates") or {}).values()
     return sum(record["run"]["usage"][role]["calls"] for role in ("task", "reflection", "evaluation")) + (
-        record["run"]["repeat"]["usage"]["calls"] if record["run"]["repeat"] else 0)
+        record["run"]["repeat"]["usage"]["calls"] if record["run"]["repeat"] else 0) + sum(
+        check["usage"]["calls"] for check in checks if "usage" in check)
 
 
 def test_gsm8k_preset_end_to_end_resumes_after_an_interruption(gsm_source, gsm_budget, gsm_lm, tmp_path,
@@ -536,6 +538,15 @@ def test_gsm8k_preset_end_to_end_resumes_after_an_interruption(gsm_source, gsm_b
     assert line in markdown and line in capsys.readouterr().out
     assert "### tfgrpo: libraries scored on the selection set (3 problems)" in markdown
     assert "### tfgrpo_on_bootstrap: libraries scored on the selection set" in markdown
+    # The gated run's rejected candidate was scored on the held-out rows against none, which got all right:
+    # the scripted lesson cannot do better, so the rejection held.
+    (check,) = rows["tfgrpo"]["runs"][0]["gate_check"]
+    assert (check["label"], check["accepted"], check["held"]) == ("step 1", False, True)
+    assert rows["none"]["score_mean_at_k"] == 1.0
+    assert check["vs_initial"]["delta"] == pytest.approx(check["held_out"] - 1.0) and check["held_out"] <= 1.0
+    assert "### tfgrpo: the gate's decisions checked on the held-out rows" in markdown
+    assert "The decision held for 1 of 1 candidate(s) scored on the held-out rows." in markdown
+    assert markdown.count("the gate's decisions checked") == 1  # tfgrpo_on_bootstrap's student has demos
     assert "| method | held-out accuracy | Δ vs none, points [95% CI] |" in markdown
     assert (tmp_path / "compare_gsm8k.png").read_bytes().startswith(b"\x89PNG")
 
@@ -548,3 +559,16 @@ def test_gsm8k_preset_end_to_end_resumes_after_an_interruption(gsm_source, gsm_b
     before = len(gsm_lm.engine.calls)
     assert compare.main(argv) == 0  # a third run has nothing left to do
     assert len(gsm_lm.engine.calls) == before
+
+
+def test_the_repeat_and_the_gate_checks_can_be_turned_off_without_invalidating_a_run_directory(gsm_source):
+    args = compare.parse_args(["--preset", "gsm8k", "--source", gsm_source, "--no-repeat", "--gate-checks", "0"])
+    budget = compare.preset_budget(args)
+    assert (budget.repeat_none, budget.gate_checks) == (False, 0)
+    preset = compare.preset_budget(compare.parse_args(["--preset", "gsm8k", "--source", gsm_source]))
+    assert (preset.repeat_none, preset.gate_checks) == (True, 3)
+    split = compare.gsm8k_split(gsm_source, replace(preset, train_n=4, val_n=3, test_n=6, simba_bsize=2), seed=0)
+    assert compare.runs_manifest("gsm8k", budget, "local", {"gsm8k": split}) == compare.runs_manifest(
+        "gsm8k", preset, "local", {"gsm8k": split})
+    with pytest.raises(SystemExit):
+        compare.parse_args(["--preset", "gsm8k", "--source", gsm_source, "--gate-checks", "-1"])

@@ -90,7 +90,10 @@ class Selector:
             self.ledger.add("selection", result.usage)  # paid for in an earlier session
         else:
             result = self._run(library, fingerprint, label)
+            # The whole library (ids included) too, so a candidate can be rebuilt exactly, e.g. to check the
+            # gate's decision on held-out rows.
             self.log.save_selection(fingerprint, {"label": label, "library": library.texts,
+                                                  "library_file": library.to_dict(include_audit=False),
                                                   "scores": list(result.scores), "usage": result.usage.to_dict()})
         self._scores[fingerprint] = result
         logger.info("selection: %s scores %.3f on %d examples", label, result.mean, len(self.examples))
