@@ -113,7 +113,7 @@ def tickets_task(n: int, seed: int) -> StudyTask:
 
 DEFAULT_GRID = {
     "gsm8k": ["none", "tips@instructions", "placebo@instructions", "tips@input", "placebo@input",
-              "tips@instructions+top2"],
+              "tips@instructions+top2", "placebo@instructions+top2"],
     "tickets": ["none", "rules@instructions", "placebo@instructions", "rules@input", "placebo@input", "rules@both",
                 "placebo@both", "rules@instructions+top1", "rules@instructions+top2", "rules@instructions+top4",
                 "none#2"],
@@ -247,7 +247,9 @@ def markdown(report: dict[str, Any]) -> str:
              f"(server: {report['greedy_server']}), one answer per problem, the same problems in every row; load "
              f"average {report['load_average_start']:.2f} at start, {report['load_average_end']:.2f} at end.", "",
              "Δ = accuracy change in points with its paired 95% bootstrap interval, then problems won / lost and "
-             "the exact sign-test p-value; (n.s.) = the interval includes zero: no measurable change.", ""]
+             "the exact sign-test p-value; (n.s.) = the interval includes zero: no measurable change. s = wall "
+             "seconds of the condition; conditions may have run on different days, and this machine's speed has "
+             "varied up to 5x between days (benchmarks/results/throughput*.md), so compare accuracy, not s.", ""]
     for task in report["tasks"]:
         lines += [f"## {task['name']}: {task['kind']} ({task['n']} held-out problems; {task['source']})", "",
                   "| condition | accuracy | Δ vs none | Δ vs placebo (which one) | s | tokens/call |",
@@ -348,11 +350,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         names = [c for c in args.conditions or DEFAULT_GRID[name] if Condition.parse(c).applies_to(task)]
         if "none" not in names:
             names = ["none", *names]
-        # The table keeps every condition already finished for this task, in the order they ran.
-        finished = sorted((path for path in (args.runs / task.name).glob("*.json")
-                           if not path.name.endswith(".partial.json")), key=lambda path: path.stat().st_mtime)
-        names = list(dict.fromkeys([*names[:1], *(path.stem for path in finished), *names[1:]]))
-        records = {c: run_condition(task, Condition.parse(c), lm, args.runs, args.threads) for c in names}
+        # The table keeps every condition already finished for this task, and lists them all in the grid's
+        # order (file times are no guide: a checkout gives every record the same one), then the rest by name.
+        grid = DEFAULT_GRID[task.name]
+        finished = [path.stem for path in (args.runs / task.name).glob("*.json")
+                    if not path.name.endswith(".partial.json")]
+        # Conditions run in the order asked (the first ones matter most when time is short).
+        ran = {c: run_condition(task, Condition.parse(c), lm, args.runs, args.threads) for c in [*names, *finished]}
+        records = {c: ran[c] for c in sorted(ran, key=lambda c: (grid.index(c) if c in grid else len(grid), c))}
         report["tasks"].append({"name": task.name, "kind": task.kind, "n": len(task.examples), "source": task.source,
                                 "lessons": list(task.lessons), "placebo": list(task.placebo),
                                 "rows": summarize(task, records)})

@@ -78,12 +78,12 @@ def test_study_rows_are_paired_against_none_and_the_placebo_and_resume(monkeypat
     calls = policy.calls
     assert study.main(argv) == 0  # every condition is read back from --runs
     assert policy.calls == calls
-    # A later run of one condition keeps the finished ones in the table, in the order they ran.
+    # A later run of one condition keeps the finished ones in the table, in the grid's order.
     later = ["--tasks", "tickets", "--n", "10", "--conditions", "rules@both", "--runs", str(tmp_path / "runs"),
              "--out-dir", str(tmp_path), "--threads", "2"]
     assert study.main(later) == 0
     names = [row["condition"] for row in json.loads((tmp_path / "lessons_study.json").read_text())["tasks"][0]["rows"]]
-    assert names == ["none", "rules@instructions", "placebo@instructions", "rules@input", "none#2", "rules@both"]
+    assert names == ["none", "rules@instructions", "placebo@instructions", "rules@input", "rules@both", "none#2"]
     assert policy.calls == calls + 10
 
 
