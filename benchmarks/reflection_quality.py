@@ -37,6 +37,7 @@ def count(log_dir: Path) -> dict[str, Any]:
     stats = json.loads((step / "step.json").read_text())
     library = json.loads((log_dir / "library.json").read_text())
     proposed = dropped = 0
+    reasons: dict[str, int] = {}  # why the guard dropped them: restated the example, copied the prompt, too long
     examples = []
     for record in records:
         if "raw_count" in record:  # current format: lessons after the guard, dropped with reasons
@@ -46,6 +47,10 @@ def count(log_dir: Path) -> dict[str, Any]:
             kept = [op.get("text") for op in record.get("ops", []) if op.get("text")]
             proposed += len(kept) + len(record.get("dropped", []))
         dropped += len(record.get("dropped", []))
+        for entry in record.get("dropped", []):
+            reason = str(entry.get("dropped_because") or entry.get("reason") or "restates its example")
+            kind = reason.split(":")[0].strip()
+            reasons[kind] = reasons.get(kind, 0) + 1
         examples.append({"example": record["example_index"], "kept": kept,
                          "dropped": [d.get("text") for d in record.get("dropped", [])],
                          "error": record.get("error")})
@@ -55,7 +60,9 @@ def count(log_dir: Path) -> dict[str, Any]:
         "informative_groups": groups,
         "proposals": proposed,
         "proposals_per_informative_group": round(proposed / groups, 3) if groups else None,
-        "dropped_as_restatements": dropped,
+        "dropped": dropped,
+        "dropped_by_reason": reasons,
+        "dropped_as_restatements": reasons.get("restates its example", 0),
         "share_dropped": round(dropped / proposed, 3) if proposed else None,
         "library_lessons": len(lessons),
         "share_reaching_library": round(len(lessons) / proposed, 3) if proposed else None,
@@ -68,13 +75,24 @@ def count(log_dir: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--gsm8k", required=True, help="GSM8K jsonl (or hub id / folder)")
+    parser.add_argument("--gsm8k", help="GSM8K jsonl (or hub id / folder)")
+    parser.add_argument("--from-log", type=Path, metavar="LOG_DIR",
+                        help="count the first step of an existing TrainingFreeGRPO run log instead of running one "
+                             "(e.g. compare.py's tfgrpo run), and write the counts to --out")
     parser.add_argument("--n", type=int, default=16, help="training rows (one step over all of them)")
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-summaries", action="store_true")
     parser.add_argument("--out", type=Path, required=True, help="run directory (resumable)")
     args = parser.parse_args(argv)
+    if args.from_log is not None:
+        result = {"command": " ".join(["python", *sys.argv]), "log": str(args.from_log), **count(args.from_log)}
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "reflection_quality.json").write_text(json.dumps(result, indent=2))
+        print(json.dumps({k: v for k, v in result.items() if k != "per_group"}, indent=2))
+        return 0
+    if not args.gsm8k:
+        parser.error("--gsm8k PATH is needed to run a step (or --from-log LOG_DIR to count one)")
 
     from tfgrpo_dspy import TrainingFreeGRPO
     from tfgrpo_dspy.kits.math.data import load_gsm8k

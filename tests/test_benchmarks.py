@@ -572,3 +572,29 @@ def test_the_repeat_and_the_gate_checks_can_be_turned_off_without_invalidating_a
         "gsm8k", preset, "local", {"gsm8k": split})
     with pytest.raises(SystemExit):
         compare.parse_args(["--preset", "gsm8k", "--source", gsm_source, "--gate-checks", "-1"])
+
+
+def test_reflection_quality_counts_a_run_log_by_the_reason_each_lesson_was_dropped(tmp_path, capsys):
+    quality = load_script("reflection_quality")
+    log = tmp_path / "log"
+    proposals = log / "steps" / "0001" / "proposals"
+    proposals.mkdir(parents=True)
+    records = [
+        {"example_index": 0, "raw_count": 0, "lessons": [], "dropped": []},
+        {"example_index": 1, "raw_count": 1, "lessons": [],
+         "dropped": [{"text": "When durations mix hours and minutes, turn them into minutes.",
+                      "dropped_because": "copies the reflection prompt: 'turn every duration'"}]},
+        {"example_index": 2, "raw_count": 2, "lessons": [{"text": "When a rate is given, multiply first."}],
+         "dropped": [{"text": "When Tom has 5 apples, he has 5.", "dropped_because": "restates its example: 5"}]},
+    ]
+    for number, record in enumerate(records):
+        (proposals / f"{number}.json").write_text(json.dumps(record))
+    (log / "steps" / "0001" / "step.json").write_text(json.dumps({"informative_groups": 3}))
+    (log / "library.json").write_text(json.dumps({"experiences": [{"text": "When a rate is given, multiply first."}]}))
+    assert quality.main(["--from-log", str(log), "--out", str(tmp_path / "out")]) == 0
+    counted = json.loads((tmp_path / "out" / "reflection_quality.json").read_text())
+    assert (counted["proposals"], counted["dropped"], counted["dropped_as_restatements"]) == (3, 2, 1)
+    assert counted["dropped_by_reason"] == {"copies the reflection prompt": 1, "restates its example": 1}
+    assert counted["proposals_per_informative_group"] == 1.0 and counted["library_lessons"] == 1
+    with pytest.raises(SystemExit):
+        quality.main(["--out", str(tmp_path / "out")])  # neither data to run on nor a log to count
