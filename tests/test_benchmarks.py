@@ -598,3 +598,38 @@ def test_reflection_quality_counts_a_run_log_by_the_reason_each_lesson_was_dropp
     assert counted["proposals_per_informative_group"] == 1.0 and counted["library_lessons"] == 1
     with pytest.raises(SystemExit):
         quality.main(["--out", str(tmp_path / "out")])  # neither data to run on nor a log to count
+
+
+def test_a_reflection_replay_reuses_the_demo_rollouts_and_asks_with_the_chosen_prompt(monkeypatch, tmp_path, capsys):
+    from tfgrpo_dspy import cli
+    from tfgrpo_dspy.kits.tickets.generator import QUEUES
+
+    def router(call):
+        reply = default_reflection(call)
+        if reply is not None:
+            return reply
+        # Sampled rollouts (seeded) spread over the queues, so groups are mixed; greedy calls say "general".
+        return {"queue": QUEUES[call.seed % len(QUEUES)] if call.seed is not None else "general"}
+
+    lm = scripted_lm(router)
+    monkeypatch.setattr(cli, "make_lm", lambda spec, **kwargs: lm)
+    monkeypatch.setattr("tfgrpo_dspy.lm.make_lm", lambda spec, **kwargs: lm)
+    demo = tmp_path / "demo"
+    assert cli.main(["demo", "--train-n", "6", "--selection-n", "3", "--heldout-n", "5", "--out", str(demo)]) == 0
+    assert json.loads((demo / "demo.json").read_text())["train"]["steps"][0]["informative_groups"] > 0
+    engine, before = lm.engine, len(lm.engine.calls)
+
+    replay = load_script("replay_reflection")
+    out = tmp_path / "replay"
+    assert replay.main(["--demo", str(demo), "--variant", "rule", "--out", str(out)]) == 0
+    new = engine.calls[before:]
+    assert not [c for c in new if c.kind == "policy" and c.seed is not None]  # no rollout was sampled again
+    extracts = [c for c in new if c.kind == "extract"]
+    assert extracts and all("Write exactly one lesson" in c.system for c in extracts)
+    report = json.loads((out / "replay.json").read_text())
+    assert report["variant"] == "rule" and report["proposals"] == len(extracts)
+    assert [c["label"] for c in report["candidates"]][0] == "initial"
+    assert report["comparison"]["n"] == 5 and "verdict" in report
+    assert (demo / "log" / "steps" / "0001" / "proposals").is_dir()  # the demo's own log is left as it was
+    with pytest.raises(FileExistsError):
+        replay.main(["--demo", str(demo), "--variant", "rule", "--out", str(out)])

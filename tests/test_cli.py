@@ -172,3 +172,4 @@ def test_demo_shows_the_selection_and_an_honest_paired_verdict(monkeypatch, tmp_
     assert "no measurable change (+0.0 points, 95% CI [+0.0, +0.0]" in out  # the same answers before and after
     record = json.loads((tmp_path / "demo.json").read_text())
     assert record["task"] == "tickets" and record["comparison"]["n"] == 6
+    assert record["sizes"] == {"train": 4, "selection": 3, "heldout": 6} and record["seed"] == 0

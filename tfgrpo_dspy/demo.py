@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import dspy
@@ -87,7 +87,8 @@ def run_demo(task: Task, lm: dspy.LM, out: Path, *, sizes: DemoSizes, seed: int 
             "policy (--lm) and reflection model (--reflection-lm) for better lessons.")
     minutes = (time.monotonic() - started) / 60
     say(f"\nfinished in {minutes:.1f} min; library, statistics and logs in {out}/ (tfgrpo report {out / 'log'})")
-    record = {"task": task.name, "before": before.to_dict(), "after": after.to_dict(), "train": result.to_dict(),
+    record = {"task": task.name, "seed": seed, "sizes": asdict(sizes),
+              "before": before.to_dict(), "after": after.to_dict(), "train": result.to_dict(),
               "comparison": comparison.to_dict(), "minutes": round(minutes, 1)}
     write_json_atomic(out / "demo.json", record)
     return record
