@@ -16,7 +16,8 @@ Variants:
               still decide whether it stays
 
 Writes OUT/replay.json: the counts of `reflection_quality.count` (proposals per informative group, drops
-by reason, lessons kept), the candidate table, the shipped library and the held-out comparison.
+by reason, lessons kept), the candidate table, the shipped library, the held-out comparison, and each
+library the gate rejected scored on the same held-out examples (did the rejection hold?).
 """
 
 from __future__ import annotations
@@ -93,13 +94,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", choices=sorted(VARIANTS), required=True)
     parser.add_argument("--out", type=Path, required=True, help="a new folder for the replay")
     parser.add_argument("--lm", default="local")
+    parser.add_argument("--check-rejected", type=int, default=2, metavar="N",
+                        help="also score on the held-out examples the first N libraries the gate rejected")
     args = parser.parse_args(argv)
     record_path = args.demo / "demo.json"
     if not record_path.is_file():
         parser.error(f"--demo {args.demo}: no demo.json (run `tfgrpo demo --out {args.demo}` first)")
     demo = json.loads(record_path.read_text())
 
-    from tfgrpo_dspy import TrainingFreeGRPO
+    from tfgrpo_dspy import ExperienceLibrary, TrainingFreeGRPO, with_experiences
     from tfgrpo_dspy.cli import TASKS
     from tfgrpo_dspy.evaluation import evaluate_at_k
     from tfgrpo_dspy.lm import make_lm
@@ -128,12 +131,26 @@ def main(argv: list[str] | None = None) -> int:
                           answer_field=task.answer_field)
     before_scores = [e["mean_score"] for e in demo["before"]["examples"]]
     comparison = compare_paired(before_scores, [e.mean_score for e in after.examples])
+    # Did the gate's decisions hold? Each library it rejected, scored on the same held-out examples.
+    checks = []
+    for candidate in [c for c in result.candidates if c.step and not c.accepted][: args.check_rejected]:
+        selection_record = json.loads((args.out / "log" / "selection" / f"{candidate.fingerprint}.json").read_text())
+        rejected = ExperienceLibrary.from_dict(selection_record["library_file"])
+        program = with_experiences(task.make_program(), rejected, placement=optimizer.settings.placement,
+                                   top_k=optimizer.settings.top_k)
+        scored = evaluate_at_k(program, heldout, task.make_metric(None), k=1, temperature=0.0,
+                               num_threads=task.train_defaults.get("num_threads", 4), lm=lm,
+                               answer_field=task.answer_field)
+        check = compare_paired(before_scores, [e.mean_score for e in scored.examples])
+        checks.append({"label": candidate.label, "lessons": rejected.texts, "held_out": scored.mean_at_k,
+                       "vs_before": check.to_dict(), "rejection_held": check.delta <= 0})
     report = {
         "command": " ".join(["python", *sys.argv]), "variant": args.variant, "demo": str(args.demo),
         "seconds": round(time.perf_counter() - started), **load_reflection_quality().count(args.out / "log"),
         "candidates": [c.to_dict() for c in result.candidates], "best_step": result.best_step,
         "shipped": [e.text for e in result.library], "before": demo["before"]["mean_at_k"],
         "after": after.mean_at_k, "comparison": comparison.to_dict(), "verdict": comparison.verdict(),
+        "rejected_on_held_out": checks,
     }
     (args.out / "replay.json").write_text(json.dumps(report, indent=2))
     print(json.dumps({k: v for k, v in report.items() if k != "per_group"}, indent=2))

@@ -630,6 +630,10 @@ def test_a_reflection_replay_reuses_the_demo_rollouts_and_asks_with_the_chosen_p
     assert report["variant"] == "rule" and report["proposals"] == len(extracts)
     assert [c["label"] for c in report["candidates"]][0] == "initial"
     assert report["comparison"]["n"] == 5 and "verdict" in report
+    # The scripted rule cannot change a greedy "general": the gate rejected it, and the held-out rows agree.
+    (rejected,) = report["rejected_on_held_out"]
+    assert rejected["label"] == "step 1" and rejected["lessons"] and rejected["vs_before"]["delta"] == 0
+    assert rejected["rejection_held"]
     assert (demo / "log" / "steps" / "0001" / "proposals").is_dir()  # the demo's own log is left as it was
     with pytest.raises(FileExistsError):
         replay.main(["--demo", str(demo), "--variant", "rule", "--out", str(out)])
