@@ -115,8 +115,8 @@ DEFAULT_GRID = {
     "gsm8k": ["none", "tips@instructions", "placebo@instructions", "tips@input", "placebo@input",
               "tips@instructions+top2", "placebo@instructions+top2"],
     "tickets": ["none", "rules@instructions", "placebo@instructions", "rules@input", "placebo@input", "rules@both",
-                "placebo@both", "rules@instructions+top1", "rules@instructions+top2", "rules@instructions+top4",
-                "none#2"],
+                "placebo@both", "rules@instructions+top1", "rules@instructions+top2", "placebo@instructions+top2",
+                "rules@instructions+top4", "none#2"],
 }
 _CONDITION = re.compile(r"^(?P<lib>[a-z]+)@(?P<placement>instructions|input|both)(?:\+top(?P<k>\d+))?$")
 
