@@ -24,7 +24,9 @@ For each: held-out Mean@k and the per-problem results (score and answer of every
 the gain over ``none`` on the same problems with a paired bootstrap 95% interval and the exact sign test
 (exact McNemar for 0/1 scores); LM calls and tokens by role (task model vs optimizer/reflection model,
 and TrainingFreeGRPO's own policy / reflection / selection accounting); compile and evaluation wall time;
-and the prompt tokens the optimized program adds to every inference call. Usage is metered in the engine:
+and the prompt tokens the optimized program adds to every inference call. For the gated ``tfgrpo``, the
+libraries its selection gate decided on can also be scored on the held-out rows (``gate_checks``, 3 in the
+gsm8k preset; ``--gate-checks N``), to see whether each decision held there. Usage is metered in the engine:
 each role's LM wraps the engine in a `MeteredEngine`, and every copy an optimizer makes of that LM
 (rollout ids, temperatures, worker threads) shares it, so each request that reaches the model is counted
 once, in its role; cache hits never reach the engine and are not billed.
