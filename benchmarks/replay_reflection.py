@@ -33,12 +33,12 @@ from typing import Any
 
 import dspy
 from tfgrpo_dspy.signatures import ExtractLesson
-from tfgrpo_dspy.signatures.extract import ProposedLesson
 
 BENCHMARKS = Path(__file__).resolve().parent
 
 
-class ExtractRule(dspy.Signature):
+# The library's ExtractLesson with other instructions: the same fields, so the pipeline reads it unchanged.
+ExtractRule = ExtractLesson.with_instructions(
     """Several attempts of the same AI program at the same input were scored against the reference.
     Find the first step where a worse attempt went wrong, and write the one rule that would have led to
     the reference's answer on this input and on other inputs like it.
@@ -48,19 +48,8 @@ class ExtractRule(dspy.Signature):
     - action: the decision or step the reference took when that feature is present.
     Write exactly one lesson. If an existing lesson misled the worse attempts, list its id as
     misleading; if the better attempts followed a lesson, list its id as useful."""
-
-    task_inputs: str = dspy.InputField(desc="the input all attempts received")
-    reference: str = dspy.InputField(desc="the reference answer and worked solution, or a note that none is known")
-    attempts: str = dspy.InputField(desc="each attempt's reward, advantage ((reward - mean) / std) and summary")
-    experience_library: str = dspy.InputField(desc="the current lessons, as '[E<id>] text' lines")
-    max_lessons: int = dspy.InputField(desc="the most lessons you may propose")
-    max_words: int = dspy.InputField(desc="the most words one lesson (condition and action together) may have")
-    difference: str = dspy.OutputField(desc="the first step where a worse attempt went wrong and what the "
-                                       "reference did there")
-    lessons: list[ProposedLesson] = dspy.OutputField(desc="exactly one rule")
-    misleading: list[str] = dspy.OutputField(desc="ids of existing lessons that misled the worse attempts, such as "
-                                             "['E3']; [] if none")
-    useful: list[str] = dspy.OutputField(desc="ids of existing lessons the better attempts followed; [] if none")
+).with_updated_fields("lessons", desc="exactly one rule").with_updated_fields(
+    "difference", desc="the first step where a worse attempt went wrong and what the reference did there")
 
 
 VARIANTS: dict[str, type[dspy.Signature]] = {"default": ExtractLesson, "rule": ExtractRule}
