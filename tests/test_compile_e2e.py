@@ -28,12 +28,21 @@ def test_tiny_compile_on_the_embedded_model(tmp_path):
         compiled = optimizer.compile(program, trainset=trainset)
 
     step = compiled.tfgrpo_result.steps[0]
-    assert step.rollouts == 4 and step.rollout_errors == 0
+    assert step.rollouts == 4
     assert step.policy_usage.completion_tokens > 0
-    # informative_only=False: both groups reach reflection, so 4 summaries + 2 extractions (+1 update if proposed).
-    assert step.reflection_usage.calls >= 6
-    records = list((tmp_path / "steps" / "0001" / "rollouts").glob("*.json"))
-    assert len(records) == 4 and all(json.loads(p.read_text())["trace"] for p in records)
+    records = [json.loads(p.read_text()) for p in (tmp_path / "steps" / "0001" / "rollouts").glob("*.json")]
+    assert len(records) == 4
+    # The real model sometimes runs into max_tokens and the adapter cannot parse the answer: such a rollout
+    # is recorded with its error and a zero reward, never fatal, and everything else still runs.
+    failed = [r for r in records if r["error"]]
+    assert len(failed) == step.rollout_errors
+    assert all(r["score"] == 0.0 for r in failed)
+    assert all(r["trace"] for r in records if not r["error"])
+    # informative_only=False: both groups reach reflection, so one summary per scored rollout and one
+    # extraction per group (+1 update if anything was proposed).
+    scored = sum(1 for r in records if not r["error"] and not r["metric_error"])
+    assert scored >= 1
+    assert step.reflection_usage.calls >= scored + 2
     library = compiled.experience_library
     assert len(library) <= 8
     assert all(len(e.text.split()) <= optimizer.max_words for e in library)
