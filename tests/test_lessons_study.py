@@ -123,3 +123,12 @@ def test_an_interrupted_condition_resumes_after_its_last_saved_chunk(monkeypatch
     report = json.loads((tmp_path / "lessons_study.json").read_text())
     rows = {row["condition"]: row for row in report["tasks"][0]["rows"]}
     assert rows["none"]["n"] == 25 and rows["rules@instructions"]["n"] == 25
+
+
+def test_the_guard_keeps_every_hand_written_lesson_of_the_study():
+    """The vague-condition check must not drop a real lesson: every tip and house rule names its situation."""
+    from tfgrpo_dspy.lessons import vague_condition
+
+    gsm8k_fields = ("question", "reasoning", "answer")
+    assert all(vague_condition(tip, gsm8k_fields) is None for tip in study.GSM8K_TIPS)
+    assert all(vague_condition(rule.lesson, ("ticket", "queue")) is None for rule in HOUSE_RULES)

@@ -391,3 +391,40 @@ def test_a_run_from_before_a_new_setting_existed_resumes(lm, tmp_path):
     with pytest.raises(ValueError, match="different settings"):  # a changed setting is still refused
         optimizer(epochs=1, log_dir=tmp_path, max_trajectory_chars=100).compile(
             dspy.Predict("question -> answer"), trainset=trainset())
+
+
+def test_an_update_that_merges_ids_it_invented_still_adds_its_lesson():
+    """The 1.5B update model numbered the step's proposals E1-E7 itself and merged them in an empty library
+    (benchmarks/results/replay_reflection_rule.json); refusing the op lost every lesson the guard had passed."""
+    alternating = Alternating()
+    merged = "When a question mixes units, convert them to one unit before adding."
+
+    def invented_ids(call):
+        if call.kind == "update":
+            return {"operations": [{"op": "merge", "ids": ["E1", "E2", "E3"], "text": merged, "reason": "same"}]}
+        return alternating(call)
+
+    with dspy.context(lm=scripted_lm(invented_ids)):
+        compiled = optimizer(epochs=1, val_fraction=0).compile(dspy.Predict("question -> answer"),
+                                                               trainset=trainset())
+    library = compiled.experience_library
+    assert [e.text for e in library] == [merged]
+    entry = next(e for e in library.audit_log if e.status == "applied" and e.op == "add")
+    assert entry.reason == "same (merge named E1, E2, E3, not in the library)"
+
+
+def test_retarget_keeps_the_known_ids_of_an_edit():
+    from tfgrpo_dspy.edits import EditOp
+    from tfgrpo_dspy.update import retarget
+
+    library = ExperienceLibrary.from_texts(["When a, do b.", "When c, do d."])
+    one, two = (e.id for e in library)
+    merge = EditOp(op="merge", ids=[one, two, 9], text="When a or c, do b.")
+    assert retarget(merge, library).ids == [one, two] and retarget(merge, library).op == "merge"
+    partial = retarget(EditOp(op="merge", ids=[two, 9], text="When c, do e."), library)
+    assert (partial.op, partial.id, partial.reason) == ("modify", two, "merge named E9, not in the library")
+    assert retarget(EditOp(op="modify", id=7, text="When x, do y."), library).op == "add"
+    known = EditOp(op="modify", id=one, text="When a, do c.")
+    assert retarget(known, library) is known
+    delete = EditOp(op="delete", id=9)
+    assert retarget(delete, library) is delete  # an unknown delete is still refused by the library, with its id

@@ -6,7 +6,14 @@ from scripted import default_reflection, scripted_lm
 
 from tfgrpo_dspy import ExperienceLibrary, TrainingFreeGRPO
 from tfgrpo_dspy.guard import LessonGuard
-from tfgrpo_dspy.lessons import ExampleMaterial, Vocabulary, cluster_lessons, render_lesson, restated_details
+from tfgrpo_dspy.lessons import (
+    ExampleMaterial,
+    Vocabulary,
+    cluster_lessons,
+    render_lesson,
+    restated_details,
+    vague_condition,
+)
 from tfgrpo_dspy.reflection import ReflectionSignatures, Reflector, clip_middle, format_attempts, format_outcome
 from tfgrpo_dspy.rollouts import GroupOutcome, Rollout
 
@@ -169,6 +176,25 @@ def test_a_lesson_that_echoes_the_prompts_own_example_is_dropped_without_a_rewri
     own = [{"condition": "a total is split into equal shares", "action": "divide the total by the number of shares"}]
     assert _extract(own)[1][0].text == ("When a total is split into equal shares, divide the total by the number "
                                         "of shares.")
+
+
+def test_a_lesson_whose_condition_names_only_the_programs_fields_is_dropped_without_a_rewrite():
+    # Written by the 1.5B model on the tickets demo (benchmarks/results/replay_reflection_rule.json).
+    fields = ("ticket", "queue", "support_queue")
+    for vague in ("When queue, change queue to field-ops.", "When the ticket, set the queue to general.",
+                  "If a support queue, confirm receipt.", "When , route it."):
+        assert vague_condition(vague, fields).startswith("vague condition: ")
+    for specific in ("When Plan: Starter | Region: LATAM, queue: tier2-payments.",
+                     "When a ticket asks for a refund, route it to billing.",
+                     "Always route outages to field-ops.",  # not in the When-form: not judged
+                     "When queue, change queue to field-ops."):  # without field names, 'queue' is a word like any
+        assert vague_condition(specific, fields if "LATAM" in specific or "refund" in specific else ()) is None
+    reflector = Reflector(scripted_lm(default_reflection))
+    guard = LessonGuard(reflector, Vocabulary(), max_words=32, field_names=fields)
+    verdict = guard.check("When queue, change queue to field-ops.", [material("Plan: Pro | my card was charged")])
+    assert verdict.text is None and verdict.reason.startswith("vague condition") and verdict.usage.calls == 0
+    kept = guard.check("When a ticket asks for a refund, route it to billing.", [material("Plan: Pro | hi")])
+    assert kept.text == "When a ticket asks for a refund, route it to billing."
 
 
 def test_over_long_lessons_are_shortened_once_or_dropped():

@@ -3,7 +3,8 @@
 A proposed lesson and an update's add / modify / merge text are checked in code (`lessons.restated_details`):
 one that restates its example gets one `GeneralizeLesson` rewrite and is dropped if the rewrite
 still restates it; one that copies a clause of the extraction prompt itself (its worked example, its
-wording) is dropped at once, since a small model that echoes its prompt has no lesson to rewrite; one over
+wording) is dropped at once, since a small model that echoes its prompt has no lesson to rewrite; so is one
+whose condition names only the program's fields ("When queue, ..."), which holds for every input; one over
 the word limit gets one `ShortenLesson` rewrite and is dropped if still
 too long. Dropped texts are returned with the reason, for the run log.
 """
@@ -11,10 +12,10 @@ too long. Dropped texts are returned with the reason, for the run log.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from tfgrpo_dspy.lessons import ExampleMaterial, Vocabulary, copied_clause, restated_details
+from tfgrpo_dspy.lessons import ExampleMaterial, Vocabulary, copied_clause, restated_details, vague_condition
 from tfgrpo_dspy.library import normalize_text, word_count
 from tfgrpo_dspy.reflection import Reflector
 from tfgrpo_dspy.usage import Usage
@@ -39,10 +40,13 @@ class LessonGuard:
         vocabulary: numbers, names and answers common across the training set (not details).
         max_words: the word limit of a lesson.
         generalize: False skips the restatement check (the paper's recipe has none).
+        field_names: the program's input and output field names: a condition made only of them is vague.
     """
 
-    def __init__(self, reflector: Reflector, vocabulary: Vocabulary, *, max_words: int, generalize: bool = True):
+    def __init__(self, reflector: Reflector, vocabulary: Vocabulary, *, max_words: int, generalize: bool = True,
+                 field_names: Iterable[str] = ()):
         self.reflector = reflector
+        self.field_names = tuple(field_names)
         self.vocabulary = vocabulary
         self.max_words = max_words
         self.generalize = generalize
@@ -65,6 +69,10 @@ class LessonGuard:
         if echoed is not None:
             logger.info("dropped a lesson that copies the extraction prompt (%r): %s", echoed, text)
             return Verdict(None, f"copies the reflection prompt: {echoed!r}", usage)
+        vague = vague_condition(text, self.field_names)
+        if vague is not None:
+            logger.info("dropped a lesson whose condition holds for any input: %s", text)
+            return Verdict(None, vague, usage)
         problem = self.problem(text, materials)
         if problem is not None:
             task_text = "\n\n".join(m.task_text for m in materials)

@@ -125,6 +125,25 @@ def copied_clause(lesson: str, source: str, length: int = MIN_COPIED_WORDS) -> s
     return None
 
 
+_CONDITION = re.compile(r"^\s*(?:when|if|whenever)\s+(?P<condition>[^,]*),", re.IGNORECASE)
+
+
+def vague_condition(lesson: str, field_names: Iterable[str] = ()) -> str | None:
+    """Why the condition of a "When <condition>, <action>." lesson names nothing to recognise in an input, or None.
+
+    A condition made only of the program's field names ("When queue, ...", "When the ticket, ...") holds
+    for every input: the lesson cannot be applied selectively, so it is no lesson. Texts not in that
+    form are not judged here.
+    """
+    match = _CONDITION.match(lesson)
+    if match is None:
+        return None
+    names = {part for name in field_names for part in re.split(r"[_\W]+", name.casefold()) if part}
+    if content_words(match.group("condition")) - names:
+        return None
+    return f"vague condition: {match.group('condition').strip()!r} names nothing to recognise in an input"
+
+
 # -- clustering near-duplicates ------------------------------------------------------------------
 def content_words(text: str) -> frozenset[str]:
     return frozenset(w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS)

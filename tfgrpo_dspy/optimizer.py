@@ -208,7 +208,10 @@ class TrainingFreeGRPO(Teleprompter):
                          reference_fields=reference_fields, reflector=reflector, guard=None, log=log,  # type: ignore
                          ledger=ledger)
         vocabulary = Vocabulary.of(ctx.material(i) for i in range(len(trainset)))
-        ctx.guard = LessonGuard(reflector, vocabulary, max_words=s.max_words, generalize=s.generalize_lessons)
+        field_names = {f for _, p in program.named_predictors() for f in (*p.signature.input_fields,
+                                                                         *p.signature.output_fields)}
+        ctx.guard = LessonGuard(reflector, vocabulary, max_words=s.max_words, generalize=s.generalize_lessons,
+                                field_names=sorted(field_names))
         return ctx
 
     def _reference_fields(self, program: dspy.Module, trainset: list) -> tuple[str, ...] | None:

@@ -2,7 +2,8 @@
 
 Near-duplicate lessons are clustered across the step's groups (a cluster needs ``min_support``
 examples); the clusters and the lessons named misleading go to the update call in context-sized chunks
-(``update_chunk_chars``); its edits pass the restatement guard and the delete rules (a delete needs a
+(``update_chunk_chars``); an edit naming lesson ids that do not exist keeps the known ones or becomes an
+add (`retarget`), then the edits pass the lesson guard and the delete rules (a delete needs a
 proposal naming the lesson misleading or a harmful record, at most ``max_deletes`` per step) and are
 applied to a copy of the library, each written lesson recording the examples it came from. Decisions
 are logged per chunk and reused on resume.
@@ -84,7 +85,7 @@ class UpdatePhase:
         kept: list[EditOp] = []
         refused: list[dict[str, Any]] = []
         harmful = {e.id for e in library if e.harmful > e.helpful}
-        for op in ops:
+        for op in (retarget(op, library) for op in ops):
             if op.op == "keep":
                 continue
             if op.op == "delete":
@@ -105,6 +106,29 @@ class UpdatePhase:
             else:
                 kept.append(op.model_copy(update={"text": verdict.text}))
         return UpdateDecision(ops=kept, refused=refused, usage=usage)
+
+
+def retarget(op: EditOp, library: ExperienceLibrary) -> EditOp:
+    """``op`` with the lesson ids that are not in ``library`` taken out, so its text is not lost.
+
+    A small update model numbers the step's proposals itself and then merges "E1-E7" that do not exist;
+    refusing the whole op would drop lessons the guard passed. So a merge keeps its known ids (a merge of
+    one is a modify), and a modify or merge that names no known lesson becomes an add; the op's reason
+    records the change. The selection gate still decides whether the text earns its place.
+    """
+    if op.op not in ("modify", "merge") or not op.text:
+        return op
+    known = [t for t in op.targets if t in library]
+    if len(known) == len(op.targets):
+        return op
+    unknown = ", ".join(f"E{t}" for t in op.targets if t not in library)
+    note = f"{op.op} named {unknown}, not in the library"
+    reason = f"{op.reason} ({note})" if op.reason else note
+    if len(known) >= 2:
+        return op.model_copy(update={"ids": known, "reason": reason})
+    if len(known) == 1:
+        return EditOp(op="modify", id=known[0], text=op.text, reason=reason)
+    return EditOp(op="add", text=op.text, reason=reason)
 
 
 def apply_with_sources(library: ExperienceLibrary, ops: Sequence[EditOp], clusters: Sequence[LessonCluster],
