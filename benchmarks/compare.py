@@ -55,6 +55,7 @@ import math
 import os
 import platform
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -739,6 +740,14 @@ class RunStore:
     def log_dir(self, task: str, method: str, seed: int) -> Path:
         return self._base(task, method, seed).with_suffix(".log")
 
+    def eval_dir(self, task: str, method: str, seed: int, name: str) -> Path:
+        """Where one held-out evaluation of a method saves its finished problems (``name``: what it scores)."""
+        return self._base(task, method, seed).with_suffix(".eval") / name
+
+    def clear_evals(self, task: str, method: str, seed: int) -> None:
+        """Forget the saved problems of an earlier compile's evaluations: a new compile is another program."""
+        shutil.rmtree(self._base(task, method, seed).with_suffix(".eval"), ignore_errors=True)
+
     def load_run(self, task: str, method: str, seed: int) -> SeedRun | None:
         """The saved record, or None when there is none or its program file is missing (then it recompiles)."""
         path = self._base(task, method, seed).with_suffix(".json")
@@ -818,10 +827,14 @@ def dspy_cache_disabled() -> Iterator[None]:
 
 
 def evaluate_held_out(program: dspy.Module, split: Split, budget: Budget, lm: dspy.LM, seed: int,
-                      progress: bool) -> EvalReport:
-    """The one held-out evaluation every method gets: same problems, metric, decoding, k and threads."""
+                      progress: bool, checkpoint_dir: Path | None = None) -> EvalReport:
+    """The one held-out evaluation every method gets: same problems, metric, decoding, k and threads.
+
+    With ``checkpoint_dir`` each finished problem is saved, and an interrupted evaluation resumes there
+    (its eval seconds then count only the resumed part)."""
     return evaluate_at_k(program, split.test, numeric_match, k=budget.k, temperature=budget.eval_temperature,
-                         num_threads=budget.num_threads, lm=lm, rollout_id_offset=seed * 10**6, progress=progress)
+                         num_threads=budget.num_threads, lm=lm, rollout_id_offset=seed * 10**6, progress=progress,
+                         checkpoint_dir=checkpoint_dir)
 
 
 def compile_stage(method: str, ctx: MethodContext) -> tuple[SeedRun, dspy.Module | None]:
@@ -850,12 +863,12 @@ def compile_stage(method: str, ctx: MethodContext) -> tuple[SeedRun, dspy.Module
 
 
 def evaluate_stage(run: SeedRun, program: dspy.Module, split: Split, budget: Budget, lm: dspy.LM,
-                   progress: bool) -> SeedRun:
+                   progress: bool, checkpoint_dir: Path | None = None) -> SeedRun:
     """The held-out evaluation of a compiled program, metered apart from its compile."""
     evaluation, meter = metered_copy(lm, "evaluation")
     started = time.perf_counter()
     try:
-        report = evaluate_held_out(program, split, budget, evaluation, run.seed, progress)
+        report = evaluate_held_out(program, split, budget, evaluation, run.seed, progress, checkpoint_dir)
     except Exception as exc:
         logger.warning("evaluation failed:\n%s", traceback.format_exc())
         return replace(run, error=f"evaluate: {type(exc).__name__}: {exc}",
@@ -871,13 +884,13 @@ def evaluate_stage(run: SeedRun, program: dspy.Module, split: Split, budget: Bud
 
 
 def repeat_stage(run: SeedRun, program: dspy.Module, split: Split, budget: Budget, lm: dspy.LM,
-                 progress: bool) -> SeedRun:
+                 progress: bool, checkpoint_dir: Path | None = None) -> SeedRun:
     """Evaluate the same program again with the cache off, so every problem really goes back to the model."""
     evaluation, meter = metered_copy(lm, "evaluation")
     started = time.perf_counter()
     try:
         with dspy_cache_disabled():
-            report = evaluate_held_out(program, split, budget, evaluation, run.seed, progress)
+            report = evaluate_held_out(program, split, budget, evaluation, run.seed, progress, checkpoint_dir)
     except Exception as exc:
         logger.warning("repeated evaluation failed:\n%s", traceback.format_exc())
         return replace(run, repeat=RepeatEval(None, None, None, round(time.perf_counter() - started, 2),
@@ -900,7 +913,7 @@ def selection_libraries(log_dir: Path) -> dict[str, ExperienceLibrary]:
 
 
 def gate_check_stage(run: SeedRun, split: Split, budget: Budget, lm: dspy.LM, log_dir: Path,
-                     progress: bool) -> Iterator[SeedRun]:
+                     progress: bool, checkpoint_root: Path | None = None) -> Iterator[SeedRun]:
     """Score on the held-out rows the libraries the gate decided on; yields the run after each one (to save it).
 
     The initial library's held-out scores are ``none``'s and the shipped library's are the method's own, so
@@ -930,7 +943,8 @@ def gate_check_stage(run: SeedRun, split: Split, budget: Budget, lm: dspy.LM, lo
                                        top_k=settings.get("top_k"))
             evaluation, meter = metered_copy(lm, "evaluation")
             started = time.perf_counter()
-            report = evaluate_held_out(program, split, budget, evaluation, run.seed, progress)
+            report = evaluate_held_out(program, split, budget, evaluation, run.seed, progress,
+                                       checkpoint_root / fingerprint if checkpoint_root else None)
             entry = {"label": candidate["label"], "scores": [e.mean_score for e in report.examples],
                      "eval_seconds": round(time.perf_counter() - started, 1), "usage": meter.usage.to_dict()}
             scored += 1
@@ -997,22 +1011,26 @@ def run_method(method: str, split: Split, lm: dspy.LM, budget: Budget, seed: int
         if program is None:
             return run, None
         if store:
+            store.clear_evals(split.task, method, seed)
             store.save_program(split.task, method, seed, program)
             store.save_run(split.task, method, seed, run)
+    def eval_dir(name: str) -> Path | None:
+        return store.eval_dir(split.task, method, seed, name) if store else None
+
     if not run.evaluated:
-        run = evaluate_stage(run, program, split, budget, lm, progress)
+        run = evaluate_stage(run, program, split, budget, lm, progress, eval_dir("held_out"))
         if run.error is not None:
             return run, program
         if store:
             store.save_run(split.task, method, seed, run)
     if _wants_repeat(method, budget, run):
-        run = repeat_stage(run, program, split, budget, lm, progress)
+        run = repeat_stage(run, program, split, budget, lm, progress, eval_dir("repeat"))
         if store:
             store.save_run(split.task, method, seed, run)
     if method in GATE_CHECKED_METHODS and budget.gate_checks and store is not None:
         try:
             log_dir = store.log_dir(split.task, method, seed)
-            for checked in gate_check_stage(run, split, budget, lm, log_dir, progress):
+            for checked in gate_check_stage(run, split, budget, lm, log_dir, progress, eval_dir("gate_checks")):
                 store.save_run(split.task, method, seed, checked)
                 run = checked
         except Exception:  # the method's own result stands; a rerun tries the check again

@@ -452,6 +452,23 @@ def test_an_interrupted_evaluation_resumes_from_the_saved_compile(gsm_source, gs
     assert len(gsm_lm.engine.calls) == before  # everything finished: nothing reaches the model
     assert [r.runs[0].per_problem for r in again] == [r.runs[0].per_problem for r in results]
 
+    # Killed in the middle of the held-out evaluation: the problems it finished are saved one by one.
+    checkpoint = store.eval_dir("gsm8k", "tfgrpo_paper", 0, "held_out")
+    assert len(list(checkpoint.glob("ex*.json"))) == len(data.test)
+    for path in sorted(checkpoint.glob("ex*.json"))[-2:]:
+        path.unlink()
+    store.save_run("gsm8k", "tfgrpo_paper", 0, replace(paper, score=None, per_problem=()))
+    before = len(gsm_lm.engine.calls)
+    resumed = compare.run_comparison(data, gsm_lm, budget, ["none", "tfgrpo_paper"], store=store, progress=False)
+    assert len(gsm_lm.engine.calls) - before == 2  # only the two unfinished problems run again
+    # The script answers some problems differently when asked again: compare the reused ones.
+    assert resumed[1].runs[0].per_problem[:-2] == paper.per_problem[:-2]
+    assert len(resumed[1].runs[0].per_problem) == len(data.test)
+    # A new compile is another program: its evaluation starts afresh instead of reusing the old answers.
+    (tmp_path / "runs" / "gsm8k" / "tfgrpo_paper-seed0.json").unlink()
+    compare.run_method("tfgrpo_paper", data, gsm_lm, budget, 0, store=store, progress=False)
+    assert len(list(checkpoint.glob("ex*.json"))) == len(data.test)
+
 
 def test_a_run_directory_refuses_another_comparison(tmp_path, gsm_source, gsm_budget):
     store = compare.RunStore(tmp_path / "runs")

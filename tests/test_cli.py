@@ -173,3 +173,8 @@ def test_demo_shows_the_selection_and_an_honest_paired_verdict(monkeypatch, tmp_
     record = json.loads((tmp_path / "demo.json").read_text())
     assert record["task"] == "tickets" and record["comparison"]["n"] == 6
     assert record["sizes"] == {"train": 4, "selection": 3, "heldout": 6} and record["seed"] == 0
+    # The same --out again: the training resumes from its log and both evaluations from their saved answers.
+    calls = len(lm.engine.calls)
+    assert run("demo", "--train-n", "4", "--selection-n", "3", "--heldout-n", "6", "--out", str(tmp_path)) == 0
+    assert len(lm.engine.calls) == calls
+    assert json.loads((tmp_path / "demo.json").read_text())["comparison"] == record["comparison"]

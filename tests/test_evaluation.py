@@ -167,3 +167,28 @@ def test_bad_arguments_are_rejected() -> None:
     with dspy.context(lm=None):
         with pytest.raises(ValueError, match="lm"):
             evaluate_at_k(_program(), _examples("q"), exact, k=1, temperature=0.3)
+
+
+def test_a_checkpointed_evaluation_resumes_and_refuses_another_run(tmp_path: Path) -> None:
+    responder = CountingResponder()
+    lm = scripted_lm(responder)  # no cache: every sample that runs reaches the engine
+    kwargs = dict(k=2, temperature=0.3, lm=lm, progress=False, checkpoint_dir=tmp_path / "eval")
+    first = evaluate_at_k(_program(), _examples("q-right", "q-half"), exact, **kwargs)
+    assert sum(responder.per_problem.values()) == 4 and len(list((tmp_path / "eval").glob("ex*.json"))) == 4
+    # As if the run had stopped after three samples: only the lost one runs again, the report is the same.
+    (tmp_path / "eval" / "ex00001_s1.json").unlink()
+    resumed = evaluate_at_k(_program(), _examples("q-right", "q-half"), exact, **kwargs)
+    assert responder.per_problem == {"q-right": 2, "q-half": 3}
+    assert [s.score for r in resumed.examples for s in r.samples][:3] == [
+        s.score for r in first.examples for s in r.samples][:3]
+    assert resumed.usage.calls == 4  # the reused samples' calls are still counted: they were paid for
+    # More examples in the same folder: the finished ones are reused.
+    evaluate_at_k(_program(), _examples("q-right", "q-half", "q-wrong"), exact, **kwargs)
+    assert responder.per_problem["q-wrong"] == 2 and responder.per_problem["q-right"] == 2
+    with pytest.raises(ValueError, match="saved for another example"):
+        evaluate_at_k(_program(), _examples("q-wrong", "q-half"), exact, **kwargs)
+    with pytest.raises(ValueError, match="other temperature"):
+        evaluate_at_k(_program(), _examples("q-right"), exact, **{**kwargs, "temperature": 0.7})
+    library = ExperienceLibrary.from_texts(["When a sum is asked, add."])
+    with pytest.raises(ValueError, match="other program"):
+        evaluate_at_k(_program(), _examples("q-right"), exact, library=library, **kwargs)

@@ -56,7 +56,8 @@ def run_demo(task: Task, lm: dspy.LM, out: Path, *, sizes: DemoSizes, seed: int 
                  answer_field=task.answer_field)
 
     say("\n[1/3] held-out accuracy without a library")
-    before = evaluate_at_k(program, heldout, metric, **evals)
+    # Each answer is saved as it comes: a rerun with the same --out resumes instead of paying again.
+    before = evaluate_at_k(program, heldout, metric, checkpoint_dir=out / "eval" / "before", **evals)
     say(f"  before: {100 * before.mean_at_k:.1f}%")
 
     say("\n[2/3] training (Training-Free GRPO; a library is kept only if it wins on the selection set)")
@@ -76,7 +77,7 @@ def run_demo(task: Task, lm: dspy.LM, out: Path, *, sizes: DemoSizes, seed: int 
         say(f"    [{experience.label}] {experience.text}")
 
     say("\n[3/3] held-out accuracy with the shipped library")
-    after = evaluate_at_k(compiled, heldout, metric, **evals)
+    after = evaluate_at_k(compiled, heldout, metric, checkpoint_dir=out / "eval" / "after", **evals)
     comparison = compare_paired(scores(before), scores(after))
     say(f"  after:  {100 * after.mean_at_k:.1f}%")
     say(f"\n== verdict on {len(heldout)} held-out examples (greedy, paired) ==\n  {comparison.verdict()}")

@@ -3,11 +3,13 @@
 Every (example, sample) pair is one rollout (`tfgrpo_dspy.rollouts.run_rollout`): a private copy
 of the program on a private LM copy with its own ``rollout_id`` and the evaluation temperature, so
 the k samples of an example are distinct draws rather than k cache hits. Program and metric errors
-are recorded on the sample (score 0) and counted; they never stop the run.
+are recorded on the sample (score 0) and counted; they never stop the run. With ``checkpoint_dir`` every
+finished sample is saved as it completes, and an interrupted evaluation resumes where it stopped.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -20,7 +22,8 @@ from typing import Any
 import dspy
 from dspy.utils.parallelizer import ParallelExecutor
 
-from tfgrpo_dspy.rollouts import Rollout, run_rollout
+from tfgrpo_dspy.jsonio import read_json, write_json_atomic
+from tfgrpo_dspy.rollouts import Rollout, jsonable, run_rollout
 from tfgrpo_dspy.settings import DEFAULT_TOP_K
 from tfgrpo_dspy.usage import Usage
 
@@ -150,6 +153,7 @@ def evaluate_at_k(
     success_threshold: float = 1.0,
     rollout_id_offset: int = 0,
     progress: bool = True,
+    checkpoint_dir: str | Path | None = None,
 ) -> EvalReport:
     """Run ``program`` k times on every example and report Mean@k, Pass@k, errors and tool calls.
 
@@ -167,6 +171,9 @@ def evaluate_at_k(
         success_threshold: a sample counts as correct for Pass@k when its score reaches this.
         rollout_id_offset: added to every rollout id (sample j of example i gets ``offset + i*k + j``);
             change it to draw fresh samples for an identical run that would otherwise hit the cache.
+        checkpoint_dir: a folder where each finished sample is saved; a rerun with the same folder reuses
+            them and runs only the rest (the report's usage includes the reused samples' usage, its
+            elapsed time only this run's). A folder written for another program, LM or settings is refused.
     """
     examples = _check_arguments(program, examples, metric, k, temperature, num_threads)
     lm = lm or dspy.settings.lm
@@ -192,14 +199,75 @@ def evaluate_at_k(
             )
 
     jobs = [(index, sample) for index in range(len(examples)) for sample in range(k)]
+    checkpoint = None
+    if checkpoint_dir is not None:
+        settings = {"k": k, "temperature": float(temperature), "rollout_id_offset": rollout_id_offset,
+                    "lm": str(getattr(lm, "model", None) or type(lm).__name__), "program": fingerprint(program)}
+        checkpoint = EvalCheckpoint(Path(checkpoint_dir), settings)
+    done = checkpoint.load(examples, jobs, k, rollout_id_offset) if checkpoint else {}
+
+    def run_and_save(job: tuple[int, int]) -> Rollout:
+        rollout = run_one(job)
+        if checkpoint is not None and isinstance(rollout, Rollout):
+            checkpoint.save(rollout)
+        return rollout
+
+    todo = [job for job in jobs if job not in done]
+    if done:
+        logger.info("evaluation: %d of %d samples reused from %s", len(done), len(jobs), checkpoint_dir)
     started = time.monotonic()
     # timeout=0: no straggler re-submission (it would re-run and double-count slow samples).
     executor = ParallelExecutor(
         num_threads=num_threads, max_errors=len(jobs) + 1, disable_progress_bar=not progress, timeout=0
     )
-    rollouts = executor.execute(run_one, jobs)
+    ran = dict(zip(todo, executor.execute(run_and_save, todo), strict=True)) if todo else {}
+    rollouts = [done[job] if job in done else ran[job] for job in jobs]
     elapsed = time.monotonic() - started
     return _report(examples, jobs, rollouts, k, temperature, answer_field, success_threshold, library, elapsed)
+
+
+def fingerprint(program: dspy.Module) -> str:
+    """A short hash of a program's saved state (instructions, demos, library): equal programs, equal hash."""
+    state = json.dumps(program.dump_state(), sort_keys=True, default=str)
+    return hashlib.sha256(state.encode("utf-8")).hexdigest()[:16]
+
+
+class EvalCheckpoint:
+    """One evaluation's finished samples on disk: ``settings.json`` and one ``exNNNNN_sJ.json`` per sample."""
+
+    def __init__(self, folder: Path, settings: dict[str, Any]):
+        self.folder = folder
+        self.settings = settings
+        path = folder / "settings.json"
+        if path.exists():
+            saved = read_json(path)
+            if saved != settings:
+                changed = sorted(key for key in {*saved, *settings} if saved.get(key) != settings.get(key))
+                raise ValueError(f"checkpoint_dir {folder} holds an evaluation with other {', '.join(changed)}; "
+                                 "use a new folder")
+        else:
+            write_json_atomic(path, settings)
+
+    def path(self, index: int, sample: int) -> Path:
+        return self.folder / f"ex{index:05d}_s{sample}.json"
+
+    def save(self, rollout: Rollout) -> None:
+        write_json_atomic(self.path(rollout.example_index, rollout.sample_index), rollout.to_dict())
+
+    def load(self, examples: Sequence[dspy.Example], jobs: Sequence[tuple[int, int]], k: int, offset: int
+             ) -> dict[tuple[int, int], Rollout]:
+        """The saved samples of ``jobs``; a sample saved for another example is refused, naming its file."""
+        done = {}
+        for index, sample in jobs:
+            path = self.path(index, sample)
+            if not path.exists():
+                continue
+            rollout = Rollout.from_dict(read_json(path))
+            if rollout.inputs != jsonable(examples[index].inputs().toDict()) or \
+                    rollout.rollout_id != offset + index * k + sample:
+                raise ValueError(f"checkpoint_dir: {path} was saved for another example; use a new folder")
+            done[(index, sample)] = rollout
+        return done
 
 
 def _check_arguments(program: Any, examples: Sequence[dspy.Example], metric: Any, k: Any, temperature: Any,
