@@ -23,7 +23,8 @@ Two kinds of lessons on two tasks:
 
 Every finished condition is saved under ``--runs`` at once (per-problem answers and scores), and an
 unfinished one every 10 problems; a rerun skips what is finished and resumes an interrupted condition.
-Writes benchmarks/results/lessons_study.{json,md,png}.
+Writes benchmarks/results/lessons_study.{json,md,png} with a table for each task asked: ask for both tasks
+(`--tasks gsm8k tickets`) to keep both tables; finished conditions are reused, not run again.
 """
 
 from __future__ import annotations
@@ -113,10 +114,11 @@ def tickets_task(n: int, seed: int) -> StudyTask:
 
 DEFAULT_GRID = {
     "gsm8k": ["none", "tips@instructions", "placebo@instructions", "tips@input", "placebo@input",
-              "tips@instructions+top2", "placebo@instructions+top2"],
+              "tips@instructions+top1", "placebo@instructions+top1", "tips@instructions+top2",
+              "placebo@instructions+top2"],
     "tickets": ["none", "rules@instructions", "placebo@instructions", "rules@input", "placebo@input", "rules@both",
-                "placebo@both", "rules@instructions+top1", "rules@instructions+top2", "placebo@instructions+top2",
-                "rules@instructions+top4", "none#2"],
+                "placebo@both", "rules@instructions+top1", "placebo@instructions+top1", "rules@instructions+top2",
+                "placebo@instructions+top2", "rules@instructions+top4", "none#2"],
 }
 _CONDITION = re.compile(r"^(?P<lib>[a-z]+)@(?P<placement>instructions|input|both)(?:\+top(?P<k>\d+))?$")
 

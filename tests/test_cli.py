@@ -140,7 +140,7 @@ def test_train_flags_no_gate_placement_and_warm_start(scripted, tmp_path):
     every = cli.build_parser().parse_args(["train", "--task", "wordproblems", "--out", "x", "--top-k", "0"])
     assert cli._train_settings(cli.TASKS["wordproblems"], every)["top_k"] is None  # 0 = every lesson
     unset = cli.build_parser().parse_args(["train", "--task", "wordproblems", "--out", "x"])
-    assert "top_k" not in cli._train_settings(cli.TASKS["wordproblems"], unset)  # the optimizer's default, 2
+    assert "top_k" not in cli._train_settings(cli.TASKS["wordproblems"], unset)  # the optimizer's default, 1
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["train", "--task", "wordproblems", "--out", "x", "--top-k", "-1"])
     assert run("train", "--task", "wordproblems", "--n", "2", "--group-size", "2", "--epochs", "1", "--library",

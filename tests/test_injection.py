@@ -37,7 +37,7 @@ PROGRAMS = {
 def test_injection_into_every_predictor_keeps_own_instructions_and_original(kind):
     program = PROGRAMS[kind]()
     original = {n: p.signature.instructions for n, p in program.named_predictors()}
-    injected = with_experiences(program, lib("When a, do b.", "When c, do d."))
+    injected = with_experiences(program, lib("When a, do b.", "When c, do d."), top_k=None)  # the static block
     for name, predictor in injected.named_predictors():
         text = predictor.signature.instructions
         assert text.startswith(original[name])
@@ -76,7 +76,7 @@ def test_save_then_load_into_fresh_instance_restores_library(tmp_path):
     program = TwoStep()
     library = lib("When a, do b.", "When c, do d.")
     library.apply([{"op": "delete", "id": 1}, {"op": "add", "text": "When e, do f."}])
-    injected = with_experiences(program, library)
+    injected = with_experiences(program, library, top_k=None)
     injected.save(tmp_path / "p.json")
 
     fresh = TwoStep()
@@ -109,13 +109,15 @@ def messages_of(program, **inputs):
     return system, user
 
 
-def test_by_default_each_call_sees_its_two_most_relevant_lessons():
+def test_by_default_each_call_sees_its_most_relevant_lesson():
     program = with_experiences(dspy.Predict("question -> answer"), lib(*FOUR_LESSONS))
     system, _ = messages_of(program, question="A train travels 120 km at a speed of 60 km per hour. What time?")
-    assert FOUR_LESSONS[1] in system
-    assert sum(lesson in system for lesson in FOUR_LESSONS) == 2
+    assert [lesson in system for lesson in FOUR_LESSONS] == [False, True, False, False]
     system, _ = messages_of(program, question="Four people share 20 dollars of money equally.")
-    assert FOUR_LESSONS[3] in system and FOUR_LESSONS[1] not in system
+    assert [lesson in system for lesson in FOUR_LESSONS] == [False, False, False, True]
+    two = with_experiences(dspy.Predict("question -> answer"), lib(*FOUR_LESSONS), top_k=2)
+    system, _ = messages_of(two, question="A train travels 120 km at a speed of 60 km per hour. What time?")
+    assert FOUR_LESSONS[1] in system and sum(lesson in system for lesson in FOUR_LESSONS) == 2
 
 
 def test_top_k_none_shows_every_lesson_in_the_saved_instructions():

@@ -66,7 +66,7 @@ def test_training_free_grpo_compiles_the_browsing_agent(site, lm, tmp_path):
     assert sum(1 for path, _host in site.requests if path == "/") >= 4
     library = compiled.experience_library
     assert len(library) == step.library_size
-    if len(library):  # the agent's predictors carry it (shown top_k=2 per call, the default)
+    if len(library):  # the agent's predictors carry it (shown top_k=1 per call, the default)
         from tfgrpo_dspy.injection import library_of
 
         assert library_of(compiled).texts == library.texts

@@ -92,8 +92,8 @@ def _add_train_command(sub: Any) -> None:
                        "(0 = no selection: every step's edits are kept, the paper's recipe)")
     train.add_argument("--no-gate", action="store_true", help="keep every step's edits; ship the best scored library")
     train.add_argument("--placement", choices=["instructions", "input", "both"], help="where the lessons go")
-    train.add_argument("--top-k", type=_top_k, help="show each call only its k most relevant lessons (default 2; "
-                       "0 = every lesson, the paper's recipe)")
+    train.add_argument("--top-k", type=_top_k, help="show each call only its k most relevant lessons "
+                       f"(default {DEFAULT_TOP_K}; 0 = every lesson, the paper's recipe)")
     train.add_argument("--max-lm-calls", type=int, help="stop cleanly after this many billed LM calls")
     train.add_argument("--max-tokens-budget", type=int, help="stop cleanly after this many tokens")
     train.add_argument("--max-cost", type=float, help="stop cleanly after this many USD (where the LM reports cost)")
@@ -112,8 +112,8 @@ def _add_eval_command(sub: Any) -> None:
     evaluate.add_argument("--placement", choices=["instructions", "input", "both"], default="instructions",
                           help="where the library's lessons go (as in training)")
     evaluate.add_argument("--top-k", type=_top_k, default=DEFAULT_TOP_K,
-                          help="show each call only its k most relevant lessons (as in training; default 2, "
-                          "0 = every lesson)")
+                          help="show each call only its k most relevant lessons (as in training; "
+                          f"default {DEFAULT_TOP_K}, 0 = every lesson)")
     evaluate.add_argument("--num-threads", type=int, default=4)
     evaluate.add_argument("--out", help="write the reports as JSON here")
 

@@ -7,7 +7,7 @@ shows it on every call in one of three placements:
     "input"         an ``experiences`` input field placed before the task inputs (the user message)
     "both"          both of the above
 
-With ``top_k`` (default 2, `DEFAULT_TOP_K`), each call shows only the k lessons most relevant to its
+With ``top_k`` (default 1, `DEFAULT_TOP_K`), each call shows only the k lessons most relevant to its
 inputs (BM25 over the lesson texts, query = the input values); ``top_k=None`` shows every lesson.
 Training and deployment use the same class, so the model sees the lessons in exactly the same place.
 The library is saved with the program (``program.save``) as part of each predictor's state; with the
@@ -191,7 +191,7 @@ def with_experiences(
         library: the lessons; an empty library removes a previous one.
         predictors: names from ``program.named_predictors()``; None means every predictor.
         placement: "instructions", "input" or "both" (see the module docstring).
-        top_k: show each call only its k most relevant lessons (default 2, see `DEFAULT_TOP_K`); None shows
+        top_k: show each call only its k most relevant lessons (default 1, see `DEFAULT_TOP_K`); None shows
             all.
     """
     if not isinstance(program, dspy.Module):
