@@ -83,6 +83,8 @@ def test_a_helpful_lesson_is_kept():
     assert [(c.label, c.score, c.accepted) for c in result.candidates] == [("initial", 0.5, True),
                                                                             ("step 1", 1.0, True)]
     assert result.best_step == 1 and result.steps[0].gate == "accepted"
+    step = result.candidates[1]  # its p-value is the one-sided test its reason names
+    assert f"one-sided sign test p={step.p_value:.3f}" in step.reason and step.p_value < 0.5
 
 
 def test_a_harmful_lesson_is_rejected_and_absent_from_the_compiled_program():

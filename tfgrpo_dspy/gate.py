@@ -14,6 +14,7 @@ from tfgrpo_dspy.library import AuditEntry, EditOp, ExperienceLibrary
 from tfgrpo_dspy.results import Candidate
 from tfgrpo_dspy.selection import GateDecision, LibraryScore, Selector
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
+from tfgrpo_dspy.stats import one_sided_sign_test
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ def candidate_record(step: int, label: str, library: ExperienceLibrary, score: L
                      tokens=library.approx_tokens(), fingerprint=score.fingerprint,
                      net_wins=comparison.net_wins if comparison else None,
                      wins=comparison.wins if comparison else None, losses=comparison.losses if comparison else None,
-                     p_value=comparison.p_value if comparison else None, reason=reason)
+                     p_value=one_sided_sign_test(comparison.wins, comparison.losses) if comparison else None,
+                     reason=reason)
 
 
 class StepGate:

@@ -25,7 +25,7 @@ class Candidate:
     net_wins: int | None = None  # against the library it was compared with
     wins: int | None = None
     losses: int | None = None
-    p_value: float | None = None
+    p_value: float | None = None  # one-sided sign test that it beats that library, as in ``reason``
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
