@@ -83,6 +83,7 @@ def test_a_helpful_lesson_is_kept():
     assert [(c.label, c.score, c.accepted) for c in result.candidates] == [("initial", 0.5, True),
                                                                             ("step 1", 1.0, True)]
     assert result.best_step == 1 and result.steps[0].gate == "accepted"
+    assert result.shipped == "the library after step 1"
     step = result.candidates[1]  # its p-value is the one-sided test its reason names
     assert f"one-sided sign test p={step.p_value:.3f}" in step.reason and step.p_value < 0.5
 
@@ -93,6 +94,7 @@ def test_a_harmful_lesson_is_rejected_and_absent_from_the_compiled_program():
     assert len(compiled.experience_library) == 0 and library_of(compiled).texts == []
     assert BAD not in compiled.signature.instructions
     assert result.steps[0].gate == "rejected"  # the library kept after step 1: the initial lessons, and the audit
+    assert result.best_step == 1 and result.shipped == "the initial library (no step changed it)"
     rejected = [e for e in result.library.audit_log if "rejected by the selection gate" in e.detail]
     assert rejected and rejected[0].text == BAD and "0 won / 3 lost" in rejected[0].detail
 
@@ -112,7 +114,7 @@ def test_the_empty_library_wins_when_every_candidate_is_worse():
     compiled, _ = compile_with(LessonSensitivePolicy({0: BAD}), trainset=questions(0, 4), epochs=2, gate=False)
     result = compiled.tfgrpo_result
     # gate=False keeps every edit (the paper's recipe), but the shipped library is the best one scored.
-    assert result.steps[0].gate == "accepted" and result.best_step == 0
+    assert result.steps[0].gate == "accepted" and result.best_step == 0 and result.shipped == "the initial library"
     assert len(compiled.experience_library) == 0
 
 
@@ -143,6 +145,7 @@ def test_no_selection_set_is_the_papers_recipe(caplog):
     with caplog.at_level("INFO"):
         compiled, _ = compile_with(LessonSensitivePolicy({0: BAD}), valset=None)
     assert compiled.experience_library.texts == [BAD] and compiled.tfgrpo_result.best_step is None
+    assert compiled.tfgrpo_result.shipped == "the last step's library (no selection set)"
     assert any("no selection set" in r.message for r in caplog.records)
 
 

@@ -206,8 +206,7 @@ def format_candidates(result: TrainingFreeGRPOResult) -> str:
     """The libraries scored on the selection set, with each decision; empty without a selection set."""
     if not result.candidates:
         return ""
-    rows = [f"selection set: {result.selection_size} examples; shipped: the library after step {result.best_step}"
-            if result.best_step else f"selection set: {result.selection_size} examples; shipped: the initial library"]
+    rows = [f"selection set: {result.selection_size} examples; shipped: {result.shipped}"]
     for c in result.candidates:
         decision = "accepted" if c.accepted else "rejected"
         rows.append(f"  {c.label:<26} score {c.score:.3f}  {decision:<8}  {c.size:>3} lessons  {c.reason}")

@@ -71,8 +71,7 @@ def run_demo(task: Task, lm: dspy.LM, out: Path, *, sizes: DemoSizes, seed: int 
         decision = "accepted" if candidate.accepted else "rejected"
         say(f"  {candidate.label:<24} selection score {candidate.score:.3f}  {decision:<8} ({candidate.size} lessons) "
             f"{candidate.reason}")
-    shipped = "the initial (empty) library" if not result.best_step else f"the library after step {result.best_step}"
-    say(f"  shipped: {shipped}, {len(result.library)} lessons")
+    say(f"  shipped: {result.shipped}, {len(result.library)} lessons")
     for experience in result.library:
         say(f"    [{experience.label}] {experience.text}")
 

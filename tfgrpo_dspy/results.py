@@ -95,6 +95,17 @@ class TrainingFreeGRPOResult:
     initial_usage: Usage = field(default_factory=Usage)  # scoring the initial library
 
     @property
+    def shipped(self) -> str:
+        """Which library compile returned, in words: a step that changed nothing ships the starting lessons."""
+        if self.best_step is None:
+            return "the last step's library (no selection set)"
+        if self.best_step == 0:
+            return "the initial library"
+        if not any(c.accepted for c in self.candidates if 0 < c.step <= self.best_step):
+            return "the initial library (no step changed it)"
+        return f"the library after step {self.best_step}"
+
+    @property
     def policy_usage(self) -> Usage:
         return Usage.total(s.policy_usage for s in self.steps)
 
