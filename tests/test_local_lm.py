@@ -434,8 +434,9 @@ def test_make_lm_rejects_bad_specs(spec, kwargs, message):
         make_lm(spec, **kwargs)
 
 
-def test_greedy_requests_go_to_a_one_slot_server_without_prompt_reuse():
-    """Batched decoding and reused prefixes change llama.cpp's sums; greedy answers must repeat exactly."""
+def test_greedy_requests_go_to_a_one_slot_server():
+    """Batched decoding and reused prefixes change llama.cpp's sums; greedy answers must repeat exactly, so they go
+    to one slot, reusing their prefix only the repeatable way (tests/test_prefix_reuse.py) or not at all."""
     servers: dict[ServerSettings, FakeServer] = {}
 
     def factory(settings):
@@ -449,8 +450,12 @@ def test_greedy_requests_go_to_a_one_slot_server_without_prompt_reuse():
         dspy.Predict("question -> answer")(question="sampled")
     greedy, batched = servers[engine.greedy_settings], servers[engine.settings]
     assert engine.greedy_settings.n_parallel == 1 and engine.settings.n_parallel == 4
-    assert [p["cache_prompt"] for p in greedy.payloads] == [False]
+    assert [(p.get("max_tokens"), p["cache_prompt"]) for p in greedy.payloads] == [(0, False), (None, True)]
     assert len(batched.payloads) == 1 and "cache_prompt" not in batched.payloads[0]
+    no_reuse = LlamaCppEngine(greedy_prefix_reuse=False, registry=ServerRegistry(factory=factory))
+    with dspy.context(lm=dspy.LM("local/qwen2.5-coder-1.5b", engine=no_reuse, temperature=0.0, cache=False)):
+        dspy.Predict("question -> answer")(question="greedy, whole prompt")
+    assert [p["cache_prompt"] for p in servers[no_reuse.greedy_settings].payloads] == [False]
     plain = LlamaCppEngine(repeatable_greedy=False, registry=ServerRegistry(factory=factory))
     with dspy.context(lm=dspy.LM("local/qwen2.5-coder-1.5b", engine=plain, temperature=0.0, cache=False)):
         dspy.Predict("question -> answer")(question="greedy, batched")

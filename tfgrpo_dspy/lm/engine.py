@@ -47,10 +47,12 @@ class LlamaCppEngine:
     Sampled requests share a server that decodes ``n_parallel`` sequences as one batch and reuses cached
     prompt prefixes. Neither is bit-for-bit repeatable: llama.cpp's kernels sum in a different order for
     a different batch shape, so an answer depends on what else was decoding and on what the slot held
-    before (measured here: 4 of 4 greedy answers changed between two identical runs). With
+    before (measured here: 15 of 100 greedy ticket answers changed between two identical runs). With
     ``repeatable_greedy`` (the default), greedy requests (temperature 0) go to a second server with one
-    slot and no prompt reuse, where the same request always gets the same answer: paired comparisons of
-    greedy evaluations then measure the programs, not the server.
+    slot, where the same request always gets the same answer: paired comparisons of greedy evaluations
+    then measure the programs, not the server. There, ``greedy_prefix_reuse`` (the default) reuses the
+    KV cache of each request's fixed prefix (the system message: instructions and field formats) in a way
+    that stays repeatable (`tfgrpo_dspy.lm.prefix`); without it every greedy prompt is evaluated whole.
     """
 
     def __init__(
@@ -61,11 +63,15 @@ class LlamaCppEngine:
         n_ctx: int = 4096,
         n_threads: int = 2,
         repeatable_greedy: bool = True,
+        greedy_prefix_reuse: bool = True,
         registry: ServerRegistry | None = None,
     ) -> None:
         self.settings = ServerSettings(model=model, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads)
         self.repeatable_greedy = repeatable_greedy
-        self.greedy_settings = replace(self.settings, n_parallel=1)
+        self.greedy_prefix_reuse = greedy_prefix_reuse
+        # No RAM prompt cache on the greedy server: it would swap in a slot state computed by another request.
+        self.greedy_settings = replace(self.settings, n_parallel=1, cache_ram_mib=0,
+                                       repeatable_prefix=greedy_prefix_reuse)
         self._registry = registry if registry is not None else default_registry()
 
     def complete(self, request: Request) -> Response:
@@ -74,7 +80,8 @@ class LlamaCppEngine:
         settings = self.settings
         if self.repeatable_greedy and not payload.get("temperature"):
             settings = self.greedy_settings
-            payload["cache_prompt"] = False  # a reused prefix is computed in another batch shape
+            if not self.greedy_prefix_reuse:
+                payload["cache_prompt"] = False  # a prefix the slot kept was computed in another batch shape
         server = self._registry.get(settings)
         try:
             raw = server.handle_chat_completions(payload)
@@ -97,6 +104,7 @@ class LlamaCppEngine:
             "n_ctx": self.settings.n_ctx,
             "n_threads": self.settings.n_threads,
             "repeatable_greedy": self.repeatable_greedy,
+            "greedy_prefix_reuse": self.greedy_prefix_reuse,
         }
 
     @classmethod

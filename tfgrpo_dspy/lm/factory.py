@@ -26,6 +26,7 @@ def local_lm(
     n_ctx: int = 4096,
     n_threads: int = 2,
     repeatable_greedy: bool = True,
+    greedy_prefix_reuse: bool = True,
     temperature: float = 0.0,
     max_tokens: int = 1024,
     **lm_kwargs: Any,
@@ -42,7 +43,7 @@ def local_lm(
         raise ValueError(f"model must be one of {sorted(MODELS)}, got {model!r}")
     lm_kwargs.setdefault("stop", [CHAT_ADAPTER_END_MARKER])
     engine = LlamaCppEngine(model, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads,
-                            repeatable_greedy=repeatable_greedy)
+                            repeatable_greedy=repeatable_greedy, greedy_prefix_reuse=greedy_prefix_reuse)
     return dspy.LM(f"{PROVIDER}/{model}", engine=engine, temperature=temperature, max_tokens=max_tokens, **lm_kwargs)
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tfgrpo_dspy.lm.prefix import RepeatablePrefixServer
 from tfgrpo_dspy.lm.weights import ensure_weights, get_weights_spec
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,10 @@ class ServerSettings:
     n_parallel: int = 4  # sequences decoded together (slots)
     n_ctx: int = 4096  # context tokens per sequence
     n_threads: int = 2
+    cache_ram_mib: int | None = None  # llama.cpp's RAM prompt cache; None = its default, 0 = off
+    # Serve greedy requests reusing their prefix repeatably (`tfgrpo_dspy.lm.prefix`); needs one slot and
+    # no RAM prompt cache.
+    repeatable_prefix: bool = False
 
     def __post_init__(self) -> None:
         get_weights_spec(self.model)
@@ -43,6 +48,11 @@ class ServerSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.cache_ram_mib is not None and (isinstance(self.cache_ram_mib, bool)
+                                               or not isinstance(self.cache_ram_mib, int) or self.cache_ram_mib < 0):
+            raise ValueError(f"cache_ram_mib must be None or an int >= 0, got {self.cache_ram_mib!r}")
+        if self.repeatable_prefix and (self.n_parallel != 1 or self.cache_ram_mib != 0):
+            raise ValueError("repeatable_prefix needs n_parallel=1 and cache_ram_mib=0")
 
 
 def start_llama_server(settings: ServerSettings) -> ChatServer:
@@ -62,6 +72,8 @@ def start_llama_server(settings: ServerSettings) -> ChatServer:
     params.n_ctx = settings.n_ctx * settings.n_parallel
     params.cpuparams.n_threads = settings.n_threads
     params.cpuparams_batch.n_threads = settings.n_threads
+    if settings.cache_ram_mib is not None:
+        params.cache_ram_mib = settings.cache_ram_mib
     # Its per-token request logging would flood stderr; errors still come back in the responses.
     params.verbosity = -1
     started = time.perf_counter()
@@ -90,6 +102,8 @@ class ServerRegistry:
             server = self._servers.get(settings)
             if server is None:
                 server = self._factory(settings)
+                if settings.repeatable_prefix:  # one wrapper per server: it tracks what the slot holds
+                    server = RepeatablePrefixServer(server)
                 with self._lock:
                     self._servers[settings] = server
         return server

@@ -1,0 +1,193 @@
+"""Greedy prefix reuse: the answer to a request must not depend on what the server served before it."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+
+import dspy
+import pytest
+
+from tfgrpo_dspy.lm import LlamaCppEngine
+from tfgrpo_dspy.lm.prefix import RepeatablePrefixServer
+from tfgrpo_dspy.lm.server import ServerRegistry, ServerSettings
+
+
+class LcpSlotServer:
+    """A one-slot server with llama.cpp's prompt-cache rules, whose answers depend on how the KV was computed.
+
+    The prompt is rendered with a ChatML template, one character per token. With ``cache_prompt`` the
+    slot keeps the longest common prefix of its tokens and the new prompt (at least one token is always
+    evaluated), else it starts empty. Every token's KV records the batch that computed it, and the answer
+    is a hash of the prompt and those batches: like llama.cpp's kernels, a token computed in another batch
+    shape changes the answer.
+    """
+
+    def __init__(self, ram_cache: bool = False):
+        self.tokens: list[str] = []
+        self.batches: list[tuple[int, int]] = []
+        # Like llama.cpp's RAM prompt cache: a request may get the saved state of an earlier request.
+        self.ram_cache = ram_cache
+        self.saved: tuple[list[str], list[tuple[int, int]]] | None = None
+        self.payloads: list[dict] = []
+
+    @staticmethod
+    def render(messages: list[dict]) -> list[str]:
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        return list(text + "<|im_start|>assistant\n")
+
+    def handle_chat_completions(self, payload: dict) -> dict:
+        self.payloads.append(payload)
+        prompt = self.render(payload["messages"])
+        reused = 0
+        if payload.get("cache_prompt", True):
+            reused = self._common(prompt, self.tokens)
+            if self.ram_cache and self.saved is not None and self._common(prompt, self.saved[0]) > reused:
+                self.tokens, self.batches = self.saved
+                reused = self._common(prompt, self.tokens)
+            reused = min(reused, len(prompt) - 1)
+        self.tokens = prompt[:]
+        self.batches = self.batches[:reused] + [(reused, len(prompt))] * (len(prompt) - reused)
+        digest = hashlib.sha256(repr((prompt, self.batches)).encode()).hexdigest()[:8]
+        text = "" if payload.get("max_tokens") == 0 else f"[[ ## answer ## ]]\n{digest}\n\n[[ ## completed ## ]]"
+        self.tokens += list(text)
+        self.batches += [(len(prompt) + i, len(prompt) + i + 1) for i in range(len(text))]
+        if text:
+            self.saved = (self.tokens[:], self.batches[:])
+        cache_n = reused
+        return {"choices": [{"finish_reason": "stop", "message": {"content": text}}],
+                "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(text),
+                          "prompt_tokens_details": {"cached_tokens": cache_n}},
+                "timings": {"cache_n": cache_n, "prompt_n": len(prompt) - reused}}
+
+    @staticmethod
+    def _common(a: list[str], b: list[str]) -> int:
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+
+
+def chat(system: str, user: str) -> dict:
+    return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "temperature": 0.0}
+
+
+TASK = "Route the ticket to one queue."
+HISTORIES = {
+    "fresh": [],
+    "same predictor": [chat(TASK, "Plan: Pro | Region: EU\nmy card reader is broken")],
+    "another predictor": [chat(TASK + " Explain briefly.", "Plan: Pro | Region: EU\nrefund please")],
+    "a longer shared start": [chat(TASK, "Plan: Pro | Region: EU\nrefund of $900 please"),
+                              chat("Route", "Plan")],
+    "a prompt without a system message": [{"messages": [{"role": "user", "content": "hi"}], "temperature": 0.0}],
+}
+REQUEST = chat(TASK, "Plan: Pro | Region: EU\nrefund of $90 please")
+
+
+def answer(server, request: dict) -> str:
+    return server.handle_chat_completions(request)["choices"][0]["message"]["content"]
+
+
+def test_the_fake_server_is_history_sensitive_without_the_protocol():
+    """The control: plain prompt caching makes the same request's answer depend on the previous one."""
+    answers = set()
+    for history in HISTORIES.values():
+        server = LcpSlotServer()
+        for earlier in history:
+            answer(server, {**earlier, "cache_prompt": True})
+        answers.add(answer(server, {**REQUEST, "cache_prompt": True}))
+    assert len(answers) > 1
+
+
+def test_an_answer_does_not_depend_on_what_was_served_before():
+    answers = {}
+    for name, history in HISTORIES.items():
+        server = RepeatablePrefixServer(LcpSlotServer())
+        for earlier in history:
+            answer(server, earlier)
+        answers[name] = answer(server, REQUEST)
+        assert answer(server, REQUEST) == answers[name]  # and again, right after itself
+    assert len(set(answers.values())) == 1, answers
+
+
+def test_the_prefix_is_reused_and_the_reset_evaluates_only_the_last_turn():
+    inner = LcpSlotServer()
+    server = RepeatablePrefixServer(inner)
+    first = server.handle_chat_completions(REQUEST)
+    second = server.handle_chat_completions(chat(TASK, "Plan: Free | Region: NA\nhow do I log in"))
+    system_turn = len("".join(LcpSlotServer.render(REQUEST["messages"][:1]))) - len("assistant\n")
+    assert first["timings"]["cache_n"] == second["timings"]["cache_n"] == system_turn
+    resets = [p for p in inner.payloads if p.get("max_tokens") == 0]
+    assert [r["cache_prompt"] for r in resets] == [False, True]  # from scratch once, then reused
+    assert all(p["cache_prompt"] is True for p in inner.payloads if p.get("max_tokens") != 0)
+
+
+def test_an_unexpected_reuse_is_served_from_scratch_with_a_warning(caplog):
+    """A server that swaps in another request's state (a RAM prompt cache) is caught by llama.cpp's cache_n."""
+    inner = LcpSlotServer(ram_cache=True)
+    server = RepeatablePrefixServer(inner)
+    server.handle_chat_completions(REQUEST)
+    with caplog.at_level(logging.WARNING, logger="tfgrpo_dspy.lm.prefix"):
+        server.handle_chat_completions(chat(TASK, "Plan: Free | Region: NA\nhow do I log in"))
+        served = answer(server, chat(TASK, "Plan: Free | Region: NA\nhow do I log out"))
+    assert "without reuse" in caplog.text
+    assert inner.payloads[-1]["cache_prompt"] is False
+    assert served == answer(LcpSlotServer(), {**chat(TASK, "Plan: Free | Region: NA\nhow do I log out"),
+                                              "cache_prompt": False})
+
+
+def test_errors_leave_the_slot_unknown_so_the_next_prefix_starts_from_scratch():
+    class FailingOnce(LcpSlotServer):
+        failed = False
+
+        def handle_chat_completions(self, payload):
+            if payload.get("max_tokens") != 0 and not self.failed:
+                self.failed = True
+                return {"error": {"message": "boom", "type": "server_error"}}
+            return super().handle_chat_completions(payload)
+
+    inner = FailingOnce()
+    server = RepeatablePrefixServer(inner)
+    assert "error" in server.handle_chat_completions(REQUEST)
+    assert answer(server, REQUEST) == answer(RepeatablePrefixServer(LcpSlotServer()), REQUEST)
+    resets = [p["cache_prompt"] for p in inner.payloads if p.get("max_tokens") == 0]
+    assert resets[:2] == [False, False]
+
+
+def test_threads_get_the_answers_of_a_serial_run():
+    requests = [chat(TASK, f"ticket {i}") for i in range(12)]
+    serial = [answer(RepeatablePrefixServer(LcpSlotServer()), r) for r in requests]
+    server = RepeatablePrefixServer(LcpSlotServer())
+    results: dict[int, str] = {}
+
+    def work(i: int) -> None:
+        results[i] = answer(server, requests[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in reversed(range(12))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [results[i] for i in range(12)] == serial
+
+
+def test_engine_sends_greedy_calls_to_a_repeatable_prefix_server():
+    made: dict[ServerSettings, LcpSlotServer] = {}
+    engine = LlamaCppEngine(registry=ServerRegistry(factory=lambda s: made.setdefault(s, LcpSlotServer())))
+    assert engine.greedy_settings.repeatable_prefix and engine.greedy_settings.cache_ram_mib == 0
+    lm = dspy.LM("local/qwen2.5-coder-1.5b", engine=engine, temperature=0.0, cache=False)
+    with dspy.context(lm=lm):
+        dspy.Predict("question -> answer")(question="one")
+        dspy.Predict("question -> answer")(question="two")
+    greedy = made[engine.greedy_settings]
+    assert [p.get("max_tokens") == 0 for p in greedy.payloads] == [True, False, True, False]
+    assert greedy.payloads[2]["cache_prompt"] is True
+
+
+def test_repeatable_prefix_needs_one_slot_and_no_ram_cache():
+    with pytest.raises(ValueError, match="repeatable_prefix needs n_parallel=1"):
+        ServerSettings(model="qwen2.5-coder-1.5b", n_parallel=4, repeatable_prefix=True)
+    with pytest.raises(ValueError, match="cache_ram_mib"):
+        ServerSettings(model="qwen2.5-coder-1.5b", cache_ram_mib=-1)
