@@ -352,7 +352,7 @@ def test_local_lm_builds_a_local_model_string_and_settings():
     assert lm.model == "local/qwen2.5-coder-0.5b"
     assert lm.engine.settings == ServerSettings("qwen2.5-coder-0.5b", n_parallel=2, n_ctx=2048, n_threads=2)
     assert lm.kwargs["max_tokens"] == 300 and lm.kwargs["temperature"] == 0.0
-    assert lm.kwargs["stop"] == ["[[ ## completed ## ]]"]
+    assert lm.kwargs["stop"] == ["[[ ## completed"]  # the end marker's first words: the same text, sooner
     assert local_lm(stop=None).kwargs.get("stop") is None
     with pytest.raises(ValueError, match="n_parallel"):
         local_lm(n_parallel=0)

@@ -11,8 +11,11 @@ from tfgrpo_dspy.lm.engine import PROVIDER, LlamaCppEngine
 from tfgrpo_dspy.lm.weights import DEFAULT_MODEL, MODELS
 
 # Small models sometimes write the ChatAdapter's end marker on the line of the last field, where the
-# adapter does not recognise it and leaves it in the value; stopping there removes it (and saves tokens).
+# adapter does not recognise it and leaves it in the value; stopping there removes it and saves tokens.
+# Stopping at the marker's first words gives the same text (a stop string is never part of the answer)
+# two decoded tokens sooner.
 CHAT_ADAPTER_END_MARKER = "[[ ## completed ## ]]"
+CHAT_ADAPTER_STOP = "[[ ## completed"
 # "local:<alias>" -> registry name.
 LOCAL_ALIASES = {"1.5b": "qwen2.5-coder-1.5b", "0.5b": "qwen2.5-coder-0.5b", **{name: name for name in MODELS}}
 # Providers LiteLLM routes to a self-hosted server given api_base; any other name is served as "openai/<name>".
@@ -41,7 +44,7 @@ def local_lm(
     """
     if model not in MODELS:
         raise ValueError(f"model must be one of {sorted(MODELS)}, got {model!r}")
-    lm_kwargs.setdefault("stop", [CHAT_ADAPTER_END_MARKER])
+    lm_kwargs.setdefault("stop", [CHAT_ADAPTER_STOP])
     engine = LlamaCppEngine(model, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads,
                             repeatable_greedy=repeatable_greedy, greedy_prefix_reuse=greedy_prefix_reuse)
     return dspy.LM(f"{PROVIDER}/{model}", engine=engine, temperature=temperature, max_tokens=max_tokens, **lm_kwargs)
