@@ -63,3 +63,11 @@ def test_edits_not_tried_alone_say_they_were_refused_with_the_others():
     for entry in refused:
         assert entry.detail.startswith("rejected by the selection gate with the step's other edits (not tried alone)")
         assert "2 won / 4 lost" in entry.detail
+
+
+def test_each_candidate_names_the_library_it_was_compared_with():
+    current, candidate, edits = step_with_a_good_delete_and_a_bad_add()
+    outcome = StepGate(TrainingFreeGRPOSettings.from_options({}), RuleSelector()).decide(1, current, candidate, edits)
+    combined, delete_alone, add_alone = outcome.candidates
+    assert combined.compared_with == HARMFUL and delete_alone.compared_with == HARMFUL  # the current library
+    assert add_alone.compared_with == "empty"  # the library kept after the delete, not the step's starting one

@@ -35,15 +35,16 @@ class GateOutcome:
 
 
 def candidate_record(step: int, label: str, library: ExperienceLibrary, score: LibraryScore, accepted: bool,
-                     reason: str, decision: GateDecision | None = None) -> Candidate:
-    """A scored library as the result lists it."""
+                     reason: str, decision: GateDecision | None = None, base: LibraryScore | None = None
+                     ) -> Candidate:
+    """A scored library as the result lists it; ``base`` is the library's score it was compared with."""
     comparison = decision.comparison if decision is not None else None
     return Candidate(step=step, label=label, score=score.mean, accepted=accepted, size=len(library),
                      tokens=library.approx_tokens(), fingerprint=score.fingerprint,
                      net_wins=comparison.net_wins if comparison else None,
                      wins=comparison.wins if comparison else None, losses=comparison.losses if comparison else None,
-                     p_value=one_sided_sign_test(comparison.wins, comparison.losses) if comparison else None,
-                     reason=reason)
+                     p_one_sided=one_sided_sign_test(comparison.wins, comparison.losses) if comparison else None,
+                     reason=reason, compared_with=base.fingerprint if base is not None else None)
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,8 @@ class StepGate:
         accepted = decision.passed or not gate
         reason = decision.reason if gate else f"not gated (gate=False): {decision.reason}"
         outcome = GateOutcome(candidate if accepted else current, "accepted" if accepted else "rejected",
-                              [candidate_record(step, f"step {step}", candidate, scored, accepted, reason, decision)])
+                              [candidate_record(step, f"step {step}", candidate, scored, accepted, reason, decision,
+                                                current_score)])
         if accepted:
             return outcome
         trials = self._try_single_edits(step, edits, outcome) if len(edits) > 1 and self.settings.gate_budget else {}
@@ -101,7 +103,7 @@ class StepGate:
             scored = self.selector.score(single, label)
             decision = self.selector.gate(base_score, scored)
             outcome.candidates.append(candidate_record(step, label, single, scored, decision.passed, decision.reason,
-                                                       decision))
+                                                       decision, base_score))
             tried[number - 1] = EditTrial(decision.passed, f"rejected by the selection gate alone ({label}): "
                                                            f"{decision.reason}")
             if decision.passed:

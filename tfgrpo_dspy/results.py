@@ -25,8 +25,11 @@ class Candidate:
     net_wins: int | None = None  # against the library it was compared with
     wins: int | None = None
     losses: int | None = None
-    p_value: float | None = None  # one-sided sign test that it beats that library, as in ``reason``
+    # The one-sided sign test that it beats that library, as quoted in ``reason`` (stats.PairedComparison's
+    # p_value is the two-sided test; records that called this "p_value" mixed the two and are not read back).
+    p_one_sided: float | None = None
     reason: str = ""
+    compared_with: str | None = None  # the fingerprint of the library it was compared with (None: not compared)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
