@@ -277,9 +277,9 @@ def markdown(report: dict[str, Any]) -> str:
              f"(server: {report['greedy_server']}), one answer per problem, the same problems in every row; load "
              f"average {report['load_average_start']:.2f} at start, {report['load_average_end']:.2f} at end.", "",
              "Δ = accuracy change in points with its paired 95% bootstrap interval, then problems won / lost and "
-             "the exact sign-test p-value; (n.s.) = the interval includes zero: no measurable change. s = wall "
-             "seconds of the condition; conditions may have run on different days, and this machine's speed has "
-             "varied up to 5x between days (benchmarks/results/throughput*.md), so compare accuracy, not s.", ""]
+             "the exact sign-test p-value; (n.s.) = the interval includes zero or p >= 0.05: no measurable change. "
+             "s = wall seconds of the condition; conditions may have run on different days, and this machine's speed "
+             "has varied up to 5x between days (benchmarks/results/throughput*.md), so compare accuracy, not s.", ""]
     for task in report["tasks"]:
         lines += [f"## {task['name']}: {task['kind']} ({task['n']} held-out problems; {task['source']})", "",
                   "| condition | accuracy | Δ vs none | Δ vs placebo (which one) | s | tokens/call |",
