@@ -18,7 +18,7 @@ from comparison import markdown as md
 from comparison import run as running
 from comparison import store as run_store
 from comparison import summary as paired
-from scripted import Call, default_reflection, scripted_lm
+from scripted import Call, default_reflection, scripted_lm, ticket_router
 
 from tfgrpo_dspy.injection import BLOCK_START, ExperiencePredict
 from tfgrpo_dspy.usage import Usage
@@ -625,16 +625,8 @@ def test_reflection_quality_counts_a_run_log_by_the_reason_each_lesson_was_dropp
 
 def test_a_reflection_replay_reuses_the_demo_rollouts_and_asks_with_the_chosen_prompt(monkeypatch, tmp_path, capsys):
     from tfgrpo_dspy import cli
-    from tfgrpo_dspy.kits.tickets.generator import QUEUES
 
-    def router(call):
-        reply = default_reflection(call)
-        if reply is not None:
-            return reply
-        # Sampled rollouts (seeded) spread over the queues, so groups are mixed; greedy calls say "general".
-        return {"queue": QUEUES[call.seed % len(QUEUES)] if call.seed is not None else "general"}
-
-    lm = scripted_lm(router)
+    lm = scripted_lm(ticket_router)
     monkeypatch.setattr(cli, "make_lm", lambda spec, **kwargs: lm)
     monkeypatch.setattr("tfgrpo_dspy.lm.make_lm", lambda spec, **kwargs: lm)
     demo = tmp_path / "demo"

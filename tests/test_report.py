@@ -139,19 +139,11 @@ def test_a_cli_run_log_is_titled_by_its_output_folder(gated_run, tmp_path):
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
     """`tfgrpo demo` on the scripted LM: OUT/log plus OUT/demo.json with the held-out verdict, as on a real run."""
-    from scripted import default_reflection, scripted_lm
+    from scripted import scripted_lm, ticket_router
 
     from tfgrpo_dspy import cli
-    from tfgrpo_dspy.kits.tickets.generator import QUEUES
 
-    def router(call):
-        reply = default_reflection(call)
-        if reply is not None:
-            return reply
-        # Sampled rollouts (seeded) spread over the queues, so groups are mixed; greedy calls say "general".
-        return {"queue": QUEUES[call.seed % len(QUEUES)] if call.seed is not None else "general"}
-
-    lm = scripted_lm(router)
+    lm = scripted_lm(ticket_router)
     out = tmp_path_factory.mktemp("demo") / "out"
     patch = pytest.MonkeyPatch()
     patch.setattr(cli, "make_lm", lambda spec, **kwargs: lm)
