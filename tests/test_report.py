@@ -4,6 +4,7 @@ import base64
 import html
 import json
 import re
+from pathlib import Path
 
 import pytest
 from test_selection import BAD, GOOD, LessonSensitivePolicy, compile_with, questions
@@ -214,7 +215,8 @@ def test_charts_without_data_become_notes_and_the_png_names_the_run(tmp_path):
     assert charts.drawn == 2 and charts.png.startswith(PNG_SIGNATURE)
     assert any("no library besides the starting one was scored" in n for n in charts.notes)
     assert any("the library had no lesson" in n for n in charts.notes)
-    assert charts.title.startswith("Training-Free GRPO run nothing/log · ") and charts.title.endswith(" UTC")
+    assert charts.title.startswith("Training-Free GRPO run nothing/log · last written 20") and charts.title.endswith(
+        " UTC")
     text = write_report(tmp_path / "nothing" / "log")[0].read_text(encoding="utf-8")
     step = json.loads((tmp_path / "nothing" / "log" / "steps" / "0001" / "step.json").read_text())
     calls, groups = step["reflection_usage"]["calls"], step["informative_groups"]
@@ -253,3 +255,12 @@ def test_the_gated_run_says_what_shipped_and_why_the_guard_dropped_lessons(gated
     # Step 2 changed nothing and ties with step 1: the later step ships, in the result's words.
     assert "1 lesson shipped: the library after step 2." in text and "Gate, step 1, edit 2 alone: accepted" in text
     assert "(restates its example ×2)" in text
+
+
+def test_the_committed_gsm8k_run_says_its_one_proposal_was_dropped_for_copying_the_prompt(tmp_path):
+    """A real run (benchmarks/results/compare_gsm8k.runs): the one proposal the guard dropped, the calls it spent."""
+    log = Path(__file__).resolve().parent.parent / "benchmarks/results/compare_gsm8k.runs/gsm8k/tfgrpo-seed0.log"
+    text = write_report(log, tmp_path / "page.html")[0].read_text(encoding="utf-8")
+    assert ("No lesson was learned: the guard dropped the one proposed lesson (copies the reflection prompt ×1)."
+            in text)
+    assert re.search(r"<td>selection</td><td>the starting library, before step 1</td><td class=\"n\">22</td>", text)

@@ -35,7 +35,7 @@ def draw_charts(run: Run) -> Charts:
     from matplotlib.figure import Figure
 
     xs = list(range(1, len(run.steps) + 1))  # steps/NNNN is the NNNN-th record
-    title = f"Training-Free GRPO run {run.name} · {run.written}"
+    title = f"Training-Free GRPO run {run.name} · last written {run.written}"
     if not xs:
         figure = Figure(figsize=(8, 1.2), dpi=100)
         figure.suptitle(title, fontsize=12)

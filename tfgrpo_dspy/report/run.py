@@ -40,7 +40,7 @@ class Run:
 
     root: Path
     name: str  # the CLI's OUT/log is named by OUT
-    written: str  # when the run last wrote its state (UTC), for the chart's title
+    written: str  # when the run last wrote its state (UTC; the files' time: the records carry no clock)
     manifest: dict[str, Any]
     state: dict[str, Any]
     steps: list[dict[str, Any]]

@@ -58,7 +58,8 @@ def headline(run: Run) -> str:
         why = (f"the reflection proposed none ({_plural(f.reflection_calls, 'reflection call')} on "
                f"{_plural(f.informative, 'informative group')})")
     elif f.dropped >= f.proposed:
-        why = f"the guard dropped every one of the {_plural(f.proposed, 'proposed lesson')}"
+        which = "the one proposed lesson" if f.proposed == 1 else f"all {f.proposed} proposed lessons"
+        why = f"the guard dropped {which}" + (f" ({_reasons(run)})" if run.dropped_because else "")
     elif f.applied == 0:
         why = "the update turned the proposals into no edit"
     elif f.decisions and not any(c.get("accepted") for c in f.decisions):
