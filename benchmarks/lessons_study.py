@@ -1,9 +1,8 @@
 """Where do lessons help a small policy? Placement, dose and kind of a FIXED library, measured paired.
 
-No optimizer runs here: a fixed, hand-written library (or a learned one, ``--library``) is put into
-the same program in different ways, and every condition is scored on the same held-out rows with the
-same greedy decoding, so each difference is paired and carries a bootstrap interval and an exact
-sign-test p-value:
+No optimizer runs here: a fixed, hand-written library is put into the same program in different ways,
+and every condition is scored on the same held-out rows with the same greedy decoding, so each
+difference is paired and carries a bootstrap interval and an exact sign-test p-value:
 
     none                        the program without lessons
     <lib>@instructions          the lessons in the system instructions (a marked block)
@@ -23,6 +22,8 @@ Two kinds of lessons on two tasks:
 
 Every finished condition is saved under ``--runs`` at once (per-problem answers and scores), and an
 unfinished one every 10 problems; a rerun skips what is finished and resumes an interrupted condition.
+Each record says what it was made with (problems, seed, LM, max_tokens, decoding); a record made with
+anything else is refused, naming what differs, since it would pair other problems or another decoding.
 Writes benchmarks/results/lessons_study.{json,md,png} with a table for each task asked: ask for both tasks
 (`--tasks gsm8k tickets`) to keep both tables; finished conditions are reused, not run again.
 """
@@ -37,7 +38,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,8 @@ class StudyTask:
 
 def gsm8k_task(path: str, n: int, seed: int) -> StudyTask:
     """Held-out GSM8K rows: the last ``n`` of a seeded split that leaves 32 train and 24 selection rows unused
-    before them (not the compare.py gsm8k preset's held-out rows, which follow 16 + 20)."""
+    before them. With seed 0 and n = 100 these are rows 56-155 of the seeded order, 80 of which were also the
+    held-out rows of compare.py's first gsm8k run (rows 36-135); its gsm8k preset now holds out rows 156-255."""
     from tfgrpo_dspy.kits.math.data import gsm8k_splits
     from tfgrpo_dspy.kits.wordproblems import numeric_match
 
@@ -156,21 +158,47 @@ class Condition:
                                 top_k=self.top_k)
 
 
-def run_condition(task: StudyTask, condition: Condition, lm: dspy.LM, runs: Path, threads: int, *,
-                  chunk: int = 10) -> dict[str, Any]:
+@dataclass(frozen=True)
+class MadeWith:
+    """What a condition's scores depend on besides the condition: a saved record is reused only if they match."""
+
+    n: int
+    seed: int
+    lm: str
+    max_tokens: int
+    decoding: str  # greedy on the one-slot repeatable server, or on the batched server with its prompt cache
+
+    def check(self, record: dict[str, Any], path: Path) -> dict[str, Any]:
+        """``record`` when it was made with these settings; otherwise an error that names what differs."""
+        saved = record.get("made_with")
+        if not isinstance(saved, dict):
+            raise ValueError(f"{path} does not say what it was made with (it predates records that name their n, "
+                             "seed, LM, max_tokens and decoding), so it cannot be paired safely: pass another "
+                             f"--runs, or add \"made_with\": {json.dumps(asdict(self))} to it if it was made so")
+        differing = [f"{key} {saved.get(key)!r} (now {value!r})" for key, value in asdict(self).items()
+                     if saved.get(key) != value]
+        if differing:
+            raise ValueError(f"{path} was made with another {', '.join(differing)}: its problems or decoding differ "
+                             "from this run's; pass another --runs, or the settings it was made with")
+        return record
+
+
+def run_condition(task: StudyTask, condition: Condition, lm: dspy.LM, runs: Path, threads: int, made_with: MadeWith,
+                  *, chunk: int = 10) -> dict[str, Any]:
     """Score one condition (or read it back from ``runs``): per-problem scores and answers.
 
     Problems are scored ``chunk`` at a time and each finished chunk is appended to
     ``<condition>.partial.json``, so an interrupted condition resumes where it stopped instead of
-    starting over (a GSM8K condition is over an hour on a slow 2-core machine).
+    starting over (a GSM8K condition is over an hour on a slow 2-core machine). A saved record or
+    partial record is reused only if it was made with ``made_with``.
     """
     path = runs / task.name / f"{condition.name}.json"
     if path.exists():
-        return json.loads(path.read_text())
+        return made_with.check(json.loads(path.read_text()), path)
     partial_path = path.with_suffix(".partial.json")
-    record = json.loads(partial_path.read_text()) if partial_path.exists() else {
-        "condition": condition.name, "scores": [], "answers": [], "errors": 0, "prompt_tokens": 0,
-        "completion_tokens": 0, "seconds": 0.0}
+    record = made_with.check(json.loads(partial_path.read_text()), partial_path) if partial_path.exists() else {
+        "condition": condition.name, "made_with": asdict(made_with), "scores": [], "answers": [], "errors": 0,
+        "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0}
     done, total = len(record["scores"]), len(task.examples)
     logger.info("%s: %s on %d problems%s ...", task.name, condition.name, total,
                 f" (resuming after {done})" if done else "")
@@ -249,9 +277,9 @@ def markdown(report: dict[str, Any]) -> str:
              f"(server: {report['greedy_server']}), one answer per problem, the same problems in every row; load "
              f"average {report['load_average_start']:.2f} at start, {report['load_average_end']:.2f} at end.", "",
              "Δ = accuracy change in points with its paired 95% bootstrap interval, then problems won / lost and "
-             "the exact sign-test p-value; (n.s.) = the interval includes zero: no measurable change. s = wall "
-             "seconds of the condition; conditions may have run on different days, and this machine's speed has "
-             "varied up to 5x between days (benchmarks/results/throughput*.md), so compare accuracy, not s.", ""]
+             "the exact sign-test p-value; (n.s.) = the interval includes zero or p >= 0.05: no measurable change. "
+             "s = wall seconds of the condition; conditions may have run on different days, and this machine's speed "
+             "has varied up to 5x between days (benchmarks/results/throughput*.md), so compare accuracy, not s.", ""]
     for task in report["tasks"]:
         lines += [f"## {task['name']}: {task['kind']} ({task['n']} held-out problems; {task['source']})", "",
                   "| condition | accuracy | Δ vs none | Δ vs placebo (which one) | s | tokens/call |",
@@ -358,7 +386,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         finished = [path.stem for path in (args.runs / task.name).glob("*.json")
                     if not path.name.endswith(".partial.json")]
         # Conditions run in the order asked (the first ones matter most when time is short).
-        ran = {c: run_condition(task, Condition.parse(c), lm, args.runs, args.threads) for c in [*names, *finished]}
+        made_with = MadeWith(n=len(task.examples), seed=args.seed, lm=args.lm, max_tokens=args.max_tokens,
+                             decoding=report["greedy_server"])
+        ran = {c: run_condition(task, Condition.parse(c), lm, args.runs, args.threads, made_with)
+               for c in [*names, *finished]}
         records = {c: ran[c] for c in sorted(ran, key=lambda c: (grid.index(c) if c in grid else len(grid), c))}
         report["tasks"].append({"name": task.name, "kind": task.kind, "n": len(task.examples), "source": task.source,
                                 "lessons": list(task.lessons), "placebo": list(task.placebo),

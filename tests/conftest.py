@@ -1,3 +1,5 @@
+import json
+
 import dspy
 import pytest
 
@@ -16,3 +18,13 @@ def site():
 
     with SiteServer() as server:
         yield server
+
+
+@pytest.fixture
+def gsm_source(tmp_path):
+    """A local jsonl with GSM8K's columns: question, and answer = worked solution ending in '#### N'."""
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text("".join(json.dumps({"question": f"Q{i}: what is {i} plus 1?",
+                                        "answer": f"Add one: {i}+1 = <<{i}+1={i + 1}>>{i + 1}.\n#### {i + 1}"}) + "\n"
+                            for i in range(40)))
+    return str(path)

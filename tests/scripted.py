@@ -113,3 +113,14 @@ def default_reflection(call: Call) -> dict[str, Any] | None:
                 ops.append({"op": "add", "text": match.group(1), "reason": "from proposal"})
         return {"operations": ops or [{"op": "keep"}]}
     return None
+
+
+def ticket_router(call: Call) -> dict[str, Any]:
+    """The tickets demo on a scripted LM: reflection from `default_reflection`; sampled rollouts (seeded) spread
+    over the queues, so groups are mixed; greedy calls say "general"."""
+    from tfgrpo_dspy.kits.tickets.generator import QUEUES
+
+    reply = default_reflection(call)
+    if reply is not None:
+        return reply
+    return {"queue": QUEUES[call.seed % len(QUEUES)] if call.seed is not None else "general"}

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import dspy
 import pytest
-from scripted import Call, default_reflection, scripted_lm
+from comparison import cli, evaluate, metering, methods, outputs, presets, records
+from comparison import data as splits
+from comparison import markdown as md
+from comparison import run as running
+from comparison import store as run_store
+from comparison import summary as paired
+from scripted import Call, default_reflection, scripted_lm, ticket_router
 
 from tfgrpo_dspy.injection import BLOCK_START, ExperiencePredict
 from tfgrpo_dspy.usage import Usage
@@ -28,7 +34,6 @@ def load_script(name):
     return module
 
 
-compare = load_script("compare")
 systems = load_script("systems")
 
 _OUTPUT_FIELDS = re.compile(r"Your output fields are:\n(.*?)\n\n", re.DOTALL)
@@ -60,15 +65,15 @@ class WordProblemScript:
 
 @pytest.fixture
 def split():
-    budget = compare.Budget(train_n=3, val_n=2, test_n=2, group_size=2, epochs=1, simba_bsize=2)
-    return compare.wordproblems_split(budget, seed=0), budget
+    budget = presets.Budget(train_n=3, selection_n=2, test_n=2, group_size=2, epochs=1, simba_bsize=2)
+    return splits.wordproblems_split(budget, seed=0), budget
 
 
 @pytest.fixture
 def lm(split):
     data, _ = split
     script = WordProblemScript()
-    script.gold = {e.question: e.answer for e in data.train + data.val + data.test}
+    script.gold = {e.question: e.answer for e in data.train + data.selection + data.test}
     lm = scripted_lm(script)
     with dspy.context(lm=lm):
         yield lm
@@ -76,8 +81,8 @@ def lm(split):
 
 def test_split_is_disjoint_and_sized(split):
     data, budget = split
-    questions = [e.question for e in data.train + data.val + data.test]
-    assert (len(data.train), len(data.val), len(data.test)) == (3, 2, 2)
+    questions = [e.question for e in data.train + data.selection + data.test]
+    assert (len(data.train), len(data.selection), len(data.test)) == (3, 2, 2)
     assert len(set(questions)) == len(questions)
 
 
@@ -85,26 +90,26 @@ def test_gsm8k_split_reads_a_local_jsonl_into_the_shared_program_inputs(tmp_path
     path = tmp_path / "train.jsonl"
     path.write_text("".join(json.dumps({"question": f"Q{i}: what is {i} + 1?", "answer": f"work\n#### {i + 1}"}) + "\n"
                             for i in range(10)))
-    budget = compare.Budget(train_n=2, val_n=1, test_n=3, simba_bsize=2)
-    data = compare.gsm8k_split(str(path), budget, seed=1)
-    assert (len(data.train), len(data.val), len(data.test)) == (2, 1, 3)
+    budget = presets.Budget(train_n=2, selection_n=1, test_n=3, simba_bsize=2)
+    data = splits.gsm8k_split(str(path), budget, seed=1)
+    assert (len(data.train), len(data.selection), len(data.test)) == (2, 1, 3)
     example = data.test[0]
     assert set(example.inputs().keys()) == {"question"}
     assert example.answer == str(int(re.search(r"what is (\d+)", example.question).group(1)) + 1)
     assert example.solution == "work"  # the worked solution is a label, never an input
     with pytest.raises(ValueError, match="60 are needed"):
-        compare.gsm8k_split(str(path), compare.Budget(train_n=20, val_n=20, test_n=20), seed=1)
+        splits.gsm8k_split(str(path), presets.Budget(train_n=20, selection_n=20, test_n=20), seed=1)
 
 
 def test_budget_rejects_bad_sizes():
     with pytest.raises(ValueError, match="train_n"):
-        compare.Budget(train_n=0, val_n=1, test_n=1)
+        presets.Budget(train_n=0, selection_n=1, test_n=1)
     with pytest.raises(ValueError, match="simba_bsize"):
-        compare.Budget(train_n=2, val_n=1, test_n=1, simba_bsize=3)
+        presets.Budget(train_n=2, selection_n=1, test_n=1, simba_bsize=3)
 
 
 def test_metered_engine_counts_calls_of_copies_made_in_threads(lm):
-    metered, meter = compare.metered_copy(lm, "task")
+    metered, meter = metering.metered_copy(lm, "task")
     program = dspy.Predict("question -> answer")
     copies = [metered.copy(rollout_id=i, temperature=0.7) for i in range(4)]
 
@@ -124,21 +129,21 @@ def test_metered_engine_counts_calls_of_copies_made_in_threads(lm):
 
 def test_metered_copy_refuses_an_lm_without_engine_object():
     with pytest.raises(ValueError, match="engine-backed"):
-        compare.metered_copy(dspy.LM("openai/gpt-4o-mini"), "task")
+        metering.metered_copy(dspy.LM("openai/gpt-4o-mini"), "task")
 
 
 def test_static_prompt_grows_with_demos_and_library(lm):
-    base = compare.static_prompt_chars(compare.make_program())
-    with_demo = compare.make_program()
+    base = evaluate.static_prompt_chars(splits.make_program())
+    with_demo = splits.make_program()
     with_demo.predict.demos = [dspy.Example(question="What is 2 + 2?", reasoning="add", answer="4")]
-    assert compare.static_prompt_chars(with_demo) > base
-    assert compare.static_prompt_chars(compare.make_program()) == base
+    assert evaluate.static_prompt_chars(with_demo) > base
+    assert evaluate.static_prompt_chars(splits.make_program()) == base
 
 
 def test_two_method_comparison_meters_roles_and_matches_the_optimizer_own_accounting(split, lm):
     data, budget = split
     seen = []
-    results = compare.run_comparison(data, lm, budget, ["none", "tfgrpo_paper", "tfgrpo"], progress=False,
+    results = running.run_comparison(data, lm, budget, ["none", "tfgrpo_paper", "tfgrpo"], progress=False,
                                      on_result=lambda r: seen.append([m.method for m in r]))
     assert [r.method for r in results] == ["none", "tfgrpo_paper", "tfgrpo"]
     assert seen == [["none"], ["none", "tfgrpo_paper"], ["none", "tfgrpo_paper", "tfgrpo"]]
@@ -149,19 +154,19 @@ def test_two_method_comparison_meters_roles_and_matches_the_optimizer_own_accoun
     assert run.error is None
     # 3 questions x group of 2, every group mixed: 6 summaries, 3 extractions, 1 update; no selection set.
     assert run.usage["task"].calls == 6 and run.usage["reflection"].calls == 10
-    reported = run.details["self_reported_usage"]
-    assert run.usage["task"] == Usage.from_dict(reported["policy"])
-    assert run.usage["reflection"] == Usage.from_dict(reported["reflection"])
-    assert Usage.from_dict(reported["selection"]) == Usage() and run.details["selection_size"] == 0
-    assert run.details["library_size"] >= 1
+    reported = run.details.tfgrpo.self_reported_usage
+    assert run.usage["task"] == reported["policy"]
+    assert run.usage["reflection"] == reported["reflection"]
+    assert reported["selection"] == Usage() and run.details.tfgrpo.selection_size == 0
+    assert len(run.details.library) >= 1
     assert run.added_prompt_tokens > 0 and none.runs[0].added_prompt_tokens == 0
     # The gated run also scores libraries on the 2 validation rows, with the task model.
     gated_run = gated.runs[0]
-    reported = gated_run.details["self_reported_usage"]
-    assert gated_run.details["selection_size"] == len(data.val) and gated_run.details["candidates"]
-    assert Usage.from_dict(reported["selection"]).calls >= 2 * len(data.val)
-    assert gated_run.usage["task"] == Usage.from_dict(reported["policy"]) + Usage.from_dict(reported["selection"])
-    assert gated_run.usage["reflection"] == Usage.from_dict(reported["reflection"])
+    reported = gated_run.details.tfgrpo.self_reported_usage
+    assert gated_run.details.tfgrpo.selection_size == len(data.selection) and gated_run.details.tfgrpo.candidates
+    assert reported["selection"].calls >= 2 * len(data.selection)
+    assert gated_run.usage["task"] == reported["policy"] + reported["selection"]
+    assert gated_run.usage["reflection"] == reported["reflection"]
     # The script answers the first attempt at each test question correctly, the second wrongly.
     assert none.score == 1.0 and paper.score is not None
     assert len(none.runs[0].per_problem) == len(data.test)
@@ -173,8 +178,8 @@ def test_a_failing_method_is_reported_not_raised(split, lm, monkeypatch):
     def broken(ctx):
         raise RuntimeError("optimizer exploded")
 
-    monkeypatch.setitem(compare.COMPILERS, "gepa", broken)
-    results = compare.run_comparison(data, lm, budget, ["gepa", "none"], progress=False)
+    monkeypatch.setitem(methods.COMPILERS, "gepa", broken)
+    results = running.run_comparison(data, lm, budget, ["gepa", "none"], progress=False)
     failed = results[0].to_dict()
     assert failed["status"] == "failed" and "optimizer exploded" in failed["error"]
     assert failed["score_mean_at_k"] is None
@@ -183,43 +188,43 @@ def test_a_failing_method_is_reported_not_raised(split, lm, monkeypatch):
 
 def test_ablation_wiring(split, lm):
     data, budget = split
-    ctx = compare.MethodContext(data, compare.Roles.of(lm), budget, seed=3)
-    group1 = compare.tfgrpo_optimizer(ctx, group_size=1, informative_only=False)
-    no_gt = compare.tfgrpo_optimizer(ctx, metric=None, ground_truth=False)
+    ctx = methods.MethodContext(data, metering.Roles.of(lm), budget, seed=3)
+    group1 = methods.tfgrpo_optimizer(ctx, group_size=1, informative_only=False)
+    no_gt = methods.tfgrpo_optimizer(ctx, metric=None, ground_truth=False)
     assert (group1.group_size, group1.informative_only, group1.seed) == (1, False, 3)
     assert (no_gt.ground_truth, no_gt.metric, no_gt.group_size) == (False, None, budget.group_size)
     assert group1.reflection_lm is ctx.roles.reflection
-    paper = compare.tfgrpo_optimizer(ctx, **compare.PAPER_RECIPE)
+    paper = methods.tfgrpo_optimizer(ctx, **presets.PAPER_RECIPE)
     assert (paper.gate, paper.val_fraction, paper.batch_size, paper.top_k) == (False, 0, None, None)
 
-    ctx.learned_library_size = 3
-    compiled = compare.compile_direct_tips(ctx)
-    assert compiled.details["library_size"] == 3  # the script offers 5 tips; the learned library's count is kept
+    ctx = replace(ctx, learned_library_size=3)
+    compiled = methods.compile_direct_tips(ctx)
+    assert len(compiled.details.library) == 3  # the script offers 5 tips; the learned library's count is kept
     assert BLOCK_START in compiled.program.predict.signature.instructions
     assert ctx.roles.meters["reflection"].usage.calls == 1 and ctx.roles.meters["task"].usage.calls == 0
 
 
 def test_direct_tips_runs_after_tfgrpo_paper_and_copies_its_library_size(split, lm):
     data, budget = split
-    results = compare.run_comparison(data, lm, budget, ["direct_tips", "tfgrpo_paper"], progress=False)
+    results = running.run_comparison(data, lm, budget, ["direct_tips", "tfgrpo_paper"], progress=False)
     assert [r.method for r in results] == ["tfgrpo_paper", "direct_tips"]
     assert results[1].kind == "ablation"
-    assert results[1].runs[0].details["budget"]["tips_requested"] == results[0].runs[0].details["library_size"]
+    assert results[1].runs[0].details.settings["tips_requested"] == len(results[0].runs[0].details.library)
 
 
 def test_methods_run_after_what_they_read_from():
-    assert compare.ordered_methods(["tfgrpo_on_bootstrap", "none"]) == ["bootstrap", "tfgrpo_on_bootstrap", "none"]
-    assert compare.ordered_methods(["direct_tips", "none", "tfgrpo_paper", "none"]) == [
+    assert methods.ordered_methods(["tfgrpo_on_bootstrap", "none"]) == ["bootstrap", "tfgrpo_on_bootstrap", "none"]
+    assert methods.ordered_methods(["direct_tips", "none", "tfgrpo_paper", "none"]) == [
         "none", "tfgrpo_paper", "direct_tips"]
     with pytest.raises(ValueError, match="unknown method"):
-        compare.ordered_methods(["none", "magic"])
+        methods.ordered_methods(["none", "magic"])
 
 
 def _result(method, score, kind="method", error=None, tokens=100, problems=()):
     usage = {"task": Usage(calls=2, prompt_tokens=tokens, completion_tokens=10), "reflection": Usage(),
              "evaluation": Usage(calls=1, prompt_tokens=50, completion_tokens=5)}
-    per_problem = tuple(compare.ProblemResult(i, float(s), (str(s),)) for i, s in enumerate(problems))
-    return compare.MethodResult(method, kind, (compare.SeedRun(
+    per_problem = tuple(records.ProblemResult(i, float(s), (str(s),)) for i, s in enumerate(problems))
+    return records.MethodResult(method, kind, (records.SeedRun(
         seed=0, score=score, pass_at_k=score, score_stderr=0.1, compile_seconds=1.0, eval_seconds=2.0, usage=usage,
         engine_failures=0, added_prompt_tokens=12, eval_prompt_tokens_per_call=50.0, program_errors=0,
         error=error, per_problem=per_problem),))
@@ -228,7 +233,7 @@ def _result(method, score, kind="method", error=None, tokens=100, problems=()):
 def test_table_json_and_plot_writers(tmp_path):
     results = [_result("none", 0.5), _result("group1", 0.75, kind="ablation"),
                _result("gepa", None, error="compile: ImportError: no | gepa")]
-    table = compare.markdown_table(results, k=1)
+    table = md.markdown_table(results, k=1)
     rows = table.splitlines()
     assert len(rows) == 2 + 3
     assert rows[0].startswith("| method | held-out accuracy | Δ vs none, points [95% CI] | won/lost | p |")
@@ -236,18 +241,18 @@ def test_table_json_and_plot_writers(tmp_path):
     assert rows[3].startswith("| group1 (ablation) | 0.750 |")
     assert "| FAILED: compile: ImportError: no / gepa |" in rows[4]  # a pipe in an error cannot break the table
 
-    split = compare.Split("wordproblems", [], [], [], "generated")
-    report = compare.build_report(preset="smoke", budget=compare.PRESETS["smoke"], lm_name="scripted",
-                                  command="python benchmarks/compare.py --preset smoke", code="abc123+dirty",
-                                  started="now",
-                                  wall_seconds=3.0, load_average=(1.0, 2.0), splits={"wordproblems": split},
+    split = splits.Split("wordproblems", [], [], [], "generated")
+    facts = outputs.RunFacts(preset="smoke", budget=presets.PRESETS["smoke"], lm_name="scripted",
+                             command="python benchmarks/compare.py --preset smoke", code="abc123+dirty",
+                             started="now", load_at_start=1.0, throughput_at_start={"skipped": "scripted LM"})
+    report = outputs.build_report(facts, wall_seconds=3.0, load_at_end=2.0, splits={"wordproblems": split},
                                   per_task={"wordproblems": results})
-    paths = compare.write_outputs(report, tmp_path, "compare_test")
+    paths = outputs.write_outputs(report, tmp_path, "compare_test")
     data = json.loads(paths[0].read_text())
     assert data["command"] == "python benchmarks/compare.py --preset smoke" and data["code"] == "abc123+dirty"
     assert data["load_average"] == [1.0, 2.0] and data["budget"]["train_n"] == 3
     assert "(code at `abc123+dirty`)" in paths[1].read_text()
-    assert compare._git_revision().split("+")[0] == subprocess.run(
+    assert outputs.git_revision().split("+")[0] == subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=BENCHMARKS, capture_output=True, text=True).stdout.strip()
     rows = data["tasks"]["wordproblems"]["results"]
     assert [r["status"] for r in rows] == ["ok", "ok", "failed"]
@@ -255,7 +260,7 @@ def test_table_json_and_plot_writers(tmp_path):
     assert "| none | 0.500 |" in paths[1].read_text()
     assert paths[2].read_bytes().startswith(b"\x89PNG")
     paths[2].unlink()
-    assert compare.main(["--replot", str(paths[0])]) == 0  # redrawn from the saved JSON alone
+    assert cli.main(["--replot", str(paths[0])]) == 0  # redrawn from the saved JSON alone
     assert paths[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -264,7 +269,7 @@ def test_paired_gain_over_none_with_interval_sign_test_and_no_measurable_change(
     results = [_result("none", 0.5, problems=base),
                _result("better", 1.0, problems=[1] * 20),
                _result("same", 0.5, problems=[1] + [0] * 9 + [0] + [1] * 9)]  # one won, one lost
-    rows = compare.result_rows(results)
+    rows = paired.result_rows(results)
     assert rows[0]["vs_none"] is None and rows[0]["problem_scores"] == base
     better, same = rows[1]["vs_none"], rows[2]["vs_none"]
     assert (better["wins"], better["losses"], better["delta"]) == (10, 0, 0.5)
@@ -272,14 +277,14 @@ def test_paired_gain_over_none_with_interval_sign_test_and_no_measurable_change(
     assert better["p_value"] == pytest.approx(2 * 0.5**10)  # exact two-sided sign test (exact McNemar)
     assert (same["wins"], same["losses"], same["delta"], same["p_value"]) == (1, 1, 0.0, 1.0)
     assert not same["significant"] and same["verdict"].startswith("no measurable change")
-    table = compare.render_table(rows, k=1).splitlines()
+    table = md.render_table(rows, k=1).splitlines()
     assert "| +50.0 [" in table[3] and "no measurable change" not in table[3] and "| 10 / 0 | 0.002 |" in table[3]
     assert "| +0.0 [" in table[4] and "no measurable change |" in table[4] and "| 1 / 1 | 1.000 |" in table[4]
 
 
 def test_seed_spread_and_mean_usage():
     first, second = _result("tfgrpo", 0.5, tokens=100), _result("tfgrpo", 1.0, tokens=300)
-    result = compare.MethodResult("tfgrpo", "method", first.runs + second.runs)
+    result = records.MethodResult("tfgrpo", "method", first.runs + second.runs)
     assert result.score == 0.75
     assert result.score_seed_std == pytest.approx(0.35355, abs=1e-4)
     assert result.role_usage("task").prompt_tokens == 200
@@ -334,18 +339,11 @@ def _number(example):
 
 
 @pytest.fixture
-def gsm_source(tmp_path):
-    """A local jsonl with GSM8K's columns: question, and answer = worked solution ending in '#### N'."""
-    path = tmp_path / "gsm8k.jsonl"
-    path.write_text("".join(json.dumps({"question": f"Q{i}: what is {i} plus 1?",
-                                        "answer": f"Add one: {i}+1 = <<{i}+1={i + 1}>>{i + 1}.\n#### {i + 1}"}) + "\n"
-                            for i in range(40)))
-    return str(path)
-
-
-@pytest.fixture
 def gsm_budget():
-    return replace(compare.PRESETS["gsm8k"], train_n=4, val_n=3, test_n=6, group_size=2, simba_bsize=2)
+    """The gsm8k preset on the fixture's 40 rows, with the methods its first run had (the rest have tests of their
+    own); 5 rows passed over before the held-out ones, as the preset passes over rows held out before."""
+    return replace(presets.PRESETS["gsm8k"], train_n=4, selection_n=3, test_n=6, held_out_skip=5, group_size=2,
+                   simba_bsize=2, methods=("none", "bootstrap", "tfgrpo_paper", "tfgrpo", "tfgrpo_on_bootstrap"))
 
 
 @pytest.fixture
@@ -354,23 +352,24 @@ def gsm_lm():
 
 
 def test_gsm8k_preset_is_greedy_paired_and_sized_as_the_issue_asks():
-    preset = compare.PRESETS["gsm8k"]
-    assert (preset.train_n, preset.val_n, preset.test_n) == (16, 20, 100)
+    preset = presets.PRESETS["gsm8k"]
+    assert preset.train_n <= 32 and preset.selection_n >= 20 and preset.test_n >= 100
+    assert (preset.train_n, preset.selection_n, preset.test_n, preset.held_out_skip) == (16, 20, 100, 120)
     assert (preset.k, preset.eval_temperature, preset.repeat_none, preset.task) == (1, 0.0, True, "gsm8k")
-    assert preset.methods == ("none", "bootstrap", "tfgrpo_paper", "tfgrpo", "tfgrpo_on_bootstrap")
+    assert preset.methods == presets.HEAD_TO_HEAD
     assert (preset.max_bootstrapped_demos, preset.max_labeled_demos, preset.group_size, preset.epochs) == (4, 4, 4, 1)
     assert preset.batch_size is None and preset.lm_options == {"n_parallel": 4, "repeatable_greedy": False}
 
 
 def test_gsm8k_preset_split_is_disjoint_seeded_and_keeps_the_worked_solution(gsm_source, gsm_budget):
-    data = compare.gsm8k_split(gsm_source, gsm_budget, seed=3)
-    parts = [data.train, data.val, data.test]
+    data = splits.gsm8k_split(gsm_source, gsm_budget, seed=3)
+    parts = [data.train, data.selection, data.test]
     assert [len(p) for p in parts] == [4, 3, 6]
     questions = [e.question for p in parts for e in p]
     assert len(set(questions)) == len(questions)  # disjoint
-    again = compare.gsm8k_split(gsm_source, gsm_budget, seed=3)
-    assert [e.question for p in (again.train, again.val, again.test) for e in p] == questions  # seeded
-    other = compare.gsm8k_split(gsm_source, gsm_budget, seed=4)
+    again = splits.gsm8k_split(gsm_source, gsm_budget, seed=3)
+    assert [e.question for p in (again.train, again.selection, again.test) for e in p] == questions  # seeded
+    other = splits.gsm8k_split(gsm_source, gsm_budget, seed=4)
     assert [e.question for e in other.test] != [e.question for e in data.test]
     example = data.test[0]
     assert set(example.inputs().keys()) == {"question"}
@@ -383,72 +382,72 @@ def test_gsm8k_preset_split_is_disjoint_seeded_and_keeps_the_worked_solution(gsm
 
 def test_the_repeated_none_pass_really_requeries_and_reports_the_flip_rate(gsm_source, gsm_budget):
     lm = scripted_lm(GsmScript(), cache=True)  # a cached LM: a second pass would be served from the cache
-    data = compare.gsm8k_split(gsm_source, gsm_budget, seed=0)
+    data = splits.gsm8k_split(gsm_source, gsm_budget, seed=0)
     engine = lm.engine
     cache = dspy.cache
-    run, program = compare.run_method("none", data, lm, gsm_budget, 0, progress=False)
+    run, program = running.run_method(running.MethodRun("none", data, lm, gsm_budget, 0, progress=False))
     assert len(engine.calls) == 2 * len(data.test)  # the first pass and the repeat both reached the model
     assert dspy.cache is not cache and dspy.cache.enable_memory_cache  # the method's cache is back after
     flaky = sum(GsmScript.flaky(_number(e)) for e in data.test)
     assert flaky and run.repeat.flips == flaky and run.repeat.flip_rate == pytest.approx(flaky / len(data.test))
     assert run.score == 1.0 and run.repeat.score == pytest.approx(1 - flaky / len(data.test))
     # The control: the same evaluation with the cache on never reaches the model.
-    metered, _ = compare.metered_copy(lm, "evaluation")
-    compare.evaluate_held_out(program, data, gsm_budget, metered, 0, progress=False)
+    metered, _ = metering.metered_copy(lm, "evaluation")
+    evaluate.evaluate_held_out(program, data, gsm_budget, metered, 0, progress=False)
     assert len(engine.calls) == 2 * len(data.test)
-    summary = compare.repeatability([compare.MethodResult("none", "method", (run,))])
+    summary = paired.repeatability([records.MethodResult("none", "method", (run,))])
     assert summary["flips"] == flaky and summary["second_vs_first"]["losses"] == flaky
-    assert f"({flaky} of {len(data.test)} answers changed)" in compare.flip_line(summary)
+    assert f"({flaky} of {len(data.test)} answers changed)" in paired.flip_line(summary)
 
 
 def test_tfgrpo_on_bootstrap_keeps_the_bootstrap_demos_and_adds_lessons(gsm_source, gsm_budget, gsm_lm):
-    data = compare.gsm8k_split(gsm_source, gsm_budget, seed=0)
+    data = splits.gsm8k_split(gsm_source, gsm_budget, seed=0)
     bootstrap = data.make_program()
     bootstrap.predict.demos = [dspy.Example(question=e.question, reasoning="add one", answer=e.answer)
                                for e in data.train[:2]]
-    ctx = compare.MethodContext(data, compare.Roles.of(gsm_lm), gsm_budget, seed=0,
+    ctx = methods.MethodContext(data, metering.Roles.of(gsm_lm), gsm_budget, seed=0,
                                 programs={"bootstrap": bootstrap})
     with dspy.context(lm=ctx.roles.task):
-        compiled = compare.compile_tfgrpo_on_bootstrap(ctx)
+        compiled = methods.compile_tfgrpo_on_bootstrap(ctx)
     predictor = compiled.program.predict
     assert isinstance(predictor, ExperiencePredict)
     assert [d.question for d in predictor.demos] == [e.question for e in data.train[:2]]
-    assert compiled.details["demos"] == 2 and compiled.details["selection_size"] == len(data.val)
-    assert compiled.details["budget"]["gate"] and compiled.details["budget"]["reference_fields"] == [
+    assert compiled.details.demos == 2 and compiled.details.tfgrpo.selection_size == len(data.selection)
+    assert compiled.details.settings["gate"] and compiled.details.settings["reference_fields"] == [
         "answer", "solution"]
     with pytest.raises(RuntimeError, match="bootstrap"):
-        compare.compile_tfgrpo_on_bootstrap(replace(ctx, programs={}))
+        methods.compile_tfgrpo_on_bootstrap(replace(ctx, programs={}))
 
 
 def test_an_interrupted_evaluation_resumes_from_the_saved_compile(gsm_source, gsm_budget, gsm_lm, tmp_path,
                                                                   monkeypatch):
     budget = replace(gsm_budget, repeat_none=False)
-    data = compare.gsm8k_split(gsm_source, budget, seed=0)
-    store = compare.RunStore(tmp_path / "runs")
-    evaluate = compare.evaluate_held_out
+    data = splits.gsm8k_split(gsm_source, budget, seed=0)
+    store = run_store.RunStore(tmp_path / "runs")
+    held_out = evaluate.evaluate_held_out
 
     def interrupted(program, *args, **kwargs):
         if isinstance(program.predict, ExperiencePredict):  # tfgrpo_paper's program: its compile is saved
             raise KeyboardInterrupt
-        return evaluate(program, *args, **kwargs)
+        return held_out(program, *args, **kwargs)
 
-    monkeypatch.setattr(compare, "evaluate_held_out", interrupted)
+    monkeypatch.setattr(evaluate, "evaluate_held_out", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        compare.run_comparison(data, gsm_lm, budget, ["none", "tfgrpo_paper"], store=store, progress=False)
+        running.run_comparison(data, gsm_lm, budget, ["none", "tfgrpo_paper"], store=store, progress=False)
     assert store.load_run("gsm8k", "tfgrpo_paper", 0) is not None
     assert not store.load_run("gsm8k", "tfgrpo_paper", 0).evaluated
     assert (tmp_path / "runs" / "gsm8k" / "tfgrpo_paper-seed0.log").is_dir()  # TF-GRPO's own resumable log
-    monkeypatch.setattr(compare, "evaluate_held_out", evaluate)
+    monkeypatch.setattr(evaluate, "evaluate_held_out", held_out)
 
     before = len(gsm_lm.engine.calls)
-    results = compare.run_comparison(data, gsm_lm, budget, ["none", "tfgrpo_paper"], store=store, progress=False)
+    results = running.run_comparison(data, gsm_lm, budget, ["none", "tfgrpo_paper"], store=store, progress=False)
     new_calls = gsm_lm.engine.calls[before:]
     assert len(new_calls) == len(data.test) and {c.kind for c in new_calls} == {"policy"}  # the evaluation only
     paper = results[1].runs[0]
-    assert paper.evaluated and paper.details["library"] and paper.usage["reflection"].calls > 0
+    assert paper.evaluated and paper.details.library and paper.usage["reflection"].calls > 0
     assert BLOCK_START in new_calls[0].system  # the reloaded program shows the learned lessons
     before = len(gsm_lm.engine.calls)
-    again = compare.run_comparison(data, gsm_lm, budget, ["none", "tfgrpo_paper"], store=store, progress=False)
+    again = running.run_comparison(data, gsm_lm, budget, ["none", "tfgrpo_paper"], store=store, progress=False)
     assert len(gsm_lm.engine.calls) == before  # everything finished: nothing reaches the model
     assert [r.runs[0].per_problem for r in again] == [r.runs[0].per_problem for r in results]
 
@@ -459,34 +458,34 @@ def test_an_interrupted_evaluation_resumes_from_the_saved_compile(gsm_source, gs
         path.unlink()
     store.save_run("gsm8k", "tfgrpo_paper", 0, replace(paper, score=None, per_problem=()))
     before = len(gsm_lm.engine.calls)
-    resumed = compare.run_comparison(data, gsm_lm, budget, ["none", "tfgrpo_paper"], store=store, progress=False)
+    resumed = running.run_comparison(data, gsm_lm, budget, ["none", "tfgrpo_paper"], store=store, progress=False)
     assert len(gsm_lm.engine.calls) - before == 2  # only the two unfinished problems run again
     # The script answers some problems differently when asked again: compare the reused ones.
     assert resumed[1].runs[0].per_problem[:-2] == paper.per_problem[:-2]
     assert len(resumed[1].runs[0].per_problem) == len(data.test)
     # A new compile is another program: its evaluation starts afresh instead of reusing the old answers.
     (tmp_path / "runs" / "gsm8k" / "tfgrpo_paper-seed0.json").unlink()
-    compare.run_method("tfgrpo_paper", data, gsm_lm, budget, 0, store=store, progress=False)
+    running.run_method(running.MethodRun("tfgrpo_paper", data, gsm_lm, budget, 0, store, progress=False))
     assert len(list(checkpoint.glob("ex*.json"))) == len(data.test)
 
 
 def test_a_run_directory_refuses_another_comparison(tmp_path, gsm_source, gsm_budget):
-    store = compare.RunStore(tmp_path / "runs")
-    split = compare.gsm8k_split(gsm_source, gsm_budget, seed=0)
-    assert store.open(compare.runs_manifest("gsm8k", gsm_budget, "local", {"gsm8k": split})) == 0
-    assert store.open(compare.runs_manifest("gsm8k", replace(gsm_budget, seeds=3), "local", {"gsm8k": split})) == 0
+    store = run_store.RunStore(tmp_path / "runs")
+    split = splits.gsm8k_split(gsm_source, gsm_budget, seed=0)
+    assert store.open(run_store.runs_manifest("gsm8k", gsm_budget, "local", {"gsm8k": split})) == 0
+    assert store.open(run_store.runs_manifest("gsm8k", replace(gsm_budget, seeds=3), "local", {"gsm8k": split})) == 0
     with pytest.raises(ValueError, match="budget differ"):
-        store.open(compare.runs_manifest("gsm8k", replace(gsm_budget, lm_options={"n_parallel": 1}), "local",
+        store.open(run_store.runs_manifest("gsm8k", replace(gsm_budget, lm_options={"n_parallel": 1}), "local",
                                          {"gsm8k": split}))
 
 
 def test_lm_options_parse_from_the_command_line():
-    assert compare.parse_lm_option("n_parallel=2") == ("n_parallel", 2)
-    assert compare.parse_lm_option("temperature=0.5") == ("temperature", 0.5)
-    assert compare.parse_lm_option("model=qwen") == ("model", "qwen")
-    assert compare.parse_lm_option("repeatable_greedy=False") == ("repeatable_greedy", False)
+    assert cli.parse_lm_option("n_parallel=2") == ("n_parallel", 2)
+    assert cli.parse_lm_option("temperature=0.5") == ("temperature", 0.5)
+    assert cli.parse_lm_option("model=qwen") == ("model", "qwen")
+    assert cli.parse_lm_option("repeatable_greedy=False") == ("repeatable_greedy", False)
     with pytest.raises(Exception, match="KEY=VALUE"):
-        compare.parse_lm_option("n_parallel")
+        cli.parse_lm_option("n_parallel")
 
 
 def _calls_of(record):
@@ -498,9 +497,9 @@ def _calls_of(record):
 
 def test_gsm8k_preset_end_to_end_resumes_after_an_interruption(gsm_source, gsm_budget, gsm_lm, tmp_path,
                                                                monkeypatch, capsys):
-    monkeypatch.setitem(compare.PRESETS, "gsm8k", gsm_budget)
+    monkeypatch.setitem(presets.PRESETS, "gsm8k", gsm_budget)
     options = []
-    monkeypatch.setattr(compare, "build_lm", lambda spec, opts: options.append(opts) or gsm_lm)
+    monkeypatch.setattr(cli, "build_lm", lambda spec, opts: options.append(opts) or gsm_lm)
     runs = tmp_path / "runs"
     argv = ["--preset", "gsm8k", "--source", gsm_source, "--out-dir", str(tmp_path), "--runs", str(runs),
             "--lm-option", "n_ctx=8192"]
@@ -509,9 +508,9 @@ def test_gsm8k_preset_end_to_end_resumes_after_an_interruption(gsm_source, gsm_b
         raise KeyboardInterrupt  # Ctrl-C in the middle of the method list
 
     with monkeypatch.context() as patch:
-        patch.setitem(compare.COMPILERS, "tfgrpo", interrupt)
+        patch.setitem(methods.COMPILERS, "tfgrpo", interrupt)
         with pytest.raises(KeyboardInterrupt):
-            compare.main(argv)
+            cli.main(argv)
     # the preset's server options, then the override
     assert options == [{"n_parallel": 4, "repeatable_greedy": False, "n_ctx": 8192}]
     partial = json.loads((tmp_path / "compare_gsm8k.json").read_text())
@@ -520,7 +519,7 @@ def test_gsm8k_preset_end_to_end_resumes_after_an_interruption(gsm_source, gsm_b
     finished = {m: (runs / "gsm8k" / f"{m}-seed0.json").read_text() for m in ("none", "bootstrap", "tfgrpo_paper")}
 
     before = len(gsm_lm.engine.calls)
-    assert compare.main(argv) == 0
+    assert cli.main(argv) == 0
     # The rerun made exactly the calls of the two methods it had left, and left the finished records alone.
     records = {m: json.loads((runs / "gsm8k" / f"{m}-seed0.json").read_text())
                for m in ("tfgrpo", "tfgrpo_on_bootstrap")}
@@ -532,6 +531,7 @@ def test_gsm8k_preset_end_to_end_resumes_after_an_interruption(gsm_source, gsm_b
     assert report["lm_options"] == {"n_parallel": 4, "repeatable_greedy": False, "n_ctx": 8192}
     assert report["budget"]["test_n"] == 6 and report["runs_dir"] == str(runs)
     assert len(report["load_average"]) == 2 and report["code"]
+    assert "not the embedded model" in report["throughput_at_start"]["skipped"]  # the scripted LM: no call made
     task = report["tasks"]["gsm8k"]
     assert len(task["held_out"]) == 6
     rows = {r["method"]: r for r in task["results"]}
@@ -555,40 +555,46 @@ def test_gsm8k_preset_end_to_end_resumes_after_an_interruption(gsm_source, gsm_b
     assert line in markdown and line in capsys.readouterr().out
     assert "### tfgrpo: libraries scored on the selection set (3 problems)" in markdown
     assert "### tfgrpo_on_bootstrap: libraries scored on the selection set" in markdown
-    # The gated run's rejected candidate was scored on the held-out rows against none, which got all right:
-    # the scripted lesson cannot do better, so the rejection held.
+    # The gated run's rejected candidate was scored on the held-out rows against the library the gate compared it
+    # with, the initial one (none's scores), which got all right: the scripted lesson cannot do better, so the
+    # paired test there can only confirm the rejection or find no measurable change.
     (check,) = rows["tfgrpo"]["runs"][0]["gate_check"]
-    assert (check["label"], check["accepted"], check["held"]) == ("step 1", False, True)
+    assert (check["label"], check["accepted"], check["compared_with_initial"]) == ("step 1", False, True)
     assert rows["none"]["score_mean_at_k"] == 1.0
-    assert check["vs_initial"]["delta"] == pytest.approx(check["held_out"] - 1.0) and check["held_out"] <= 1.0
+    vs = check["vs_compared"]
+    assert vs["delta"] == pytest.approx(check["held_out"] - 1.0) and check["held_out"] <= 1.0
+    assert check["held"] is (True if vs["significant"] else None)
     assert "### tfgrpo: the gate's decisions checked on the held-out rows" in markdown
-    assert "The decision held for 1 of 1 candidate(s) scored on the held-out rows." in markdown
+    confirmed = 1 if check["held"] else 0
+    assert (f"Of 1 decision(s) scored on the held-out rows, {confirmed} confirmed, 0 contradicted, "
+            f"{1 - confirmed} without a measurable change.") in markdown
     assert markdown.count("the gate's decisions checked") == 1  # tfgrpo_on_bootstrap's student has demos
     assert "| method | held-out accuracy | Δ vs none, points [95% CI] |" in markdown
     assert (tmp_path / "compare_gsm8k.png").read_bytes().startswith(b"\x89PNG")
 
     # The saved programs reload as compiled: the lessons on top of bootstrap's demos.
-    store, split = compare.RunStore(runs), compare.gsm8k_split(gsm_source, gsm_budget, 0)
+    store, split = run_store.RunStore(runs), splits.gsm8k_split(gsm_source, gsm_budget, 0)
     bootstrap = store.load_program(split, "bootstrap", 0)
     on_bootstrap = store.load_program(split, "tfgrpo_on_bootstrap", 0)
     assert bootstrap.predict.demos and isinstance(on_bootstrap.predict, ExperiencePredict)
     assert on_bootstrap.predict.demos == bootstrap.predict.demos
     before = len(gsm_lm.engine.calls)
-    assert compare.main(argv) == 0  # a third run has nothing left to do
+    assert cli.main(argv) == 0  # a third run has nothing left to do
     assert len(gsm_lm.engine.calls) == before
 
 
 def test_the_repeat_and_the_gate_checks_can_be_turned_off_without_invalidating_a_run_directory(gsm_source):
-    args = compare.parse_args(["--preset", "gsm8k", "--source", gsm_source, "--no-repeat", "--gate-checks", "0"])
-    budget = compare.preset_budget(args)
+    args = cli.parse_args(["--preset", "gsm8k", "--source", gsm_source, "--no-repeat", "--gate-checks", "0"])
+    budget = cli.preset_budget(args)
     assert (budget.repeat_none, budget.gate_checks) == (False, 0)
-    preset = compare.preset_budget(compare.parse_args(["--preset", "gsm8k", "--source", gsm_source]))
+    preset = cli.preset_budget(cli.parse_args(["--preset", "gsm8k", "--source", gsm_source]))
     assert (preset.repeat_none, preset.gate_checks) == (True, 3)
-    split = compare.gsm8k_split(gsm_source, replace(preset, train_n=4, val_n=3, test_n=6, simba_bsize=2), seed=0)
-    assert compare.runs_manifest("gsm8k", budget, "local", {"gsm8k": split}) == compare.runs_manifest(
+    split = splits.gsm8k_split(gsm_source, replace(preset, train_n=4, selection_n=3, test_n=6, held_out_skip=5,
+                                                   simba_bsize=2), seed=0)
+    assert run_store.runs_manifest("gsm8k", budget, "local", {"gsm8k": split}) == run_store.runs_manifest(
         "gsm8k", preset, "local", {"gsm8k": split})
     with pytest.raises(SystemExit):
-        compare.parse_args(["--preset", "gsm8k", "--source", gsm_source, "--gate-checks", "-1"])
+        cli.parse_args(["--preset", "gsm8k", "--source", gsm_source, "--gate-checks", "-1"])
 
 
 def test_reflection_quality_counts_a_run_log_by_the_reason_each_lesson_was_dropped(tmp_path, capsys):
@@ -619,16 +625,8 @@ def test_reflection_quality_counts_a_run_log_by_the_reason_each_lesson_was_dropp
 
 def test_a_reflection_replay_reuses_the_demo_rollouts_and_asks_with_the_chosen_prompt(monkeypatch, tmp_path, capsys):
     from tfgrpo_dspy import cli
-    from tfgrpo_dspy.kits.tickets.generator import QUEUES
 
-    def router(call):
-        reply = default_reflection(call)
-        if reply is not None:
-            return reply
-        # Sampled rollouts (seeded) spread over the queues, so groups are mixed; greedy calls say "general".
-        return {"queue": QUEUES[call.seed % len(QUEUES)] if call.seed is not None else "general"}
-
-    lm = scripted_lm(router)
+    lm = scripted_lm(ticket_router)
     monkeypatch.setattr(cli, "make_lm", lambda spec, **kwargs: lm)
     monkeypatch.setattr("tfgrpo_dspy.lm.make_lm", lambda spec, **kwargs: lm)
     demo = tmp_path / "demo"

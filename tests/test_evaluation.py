@@ -192,3 +192,33 @@ def test_a_checkpointed_evaluation_resumes_and_refuses_another_run(tmp_path: Pat
     library = ExperienceLibrary.from_texts(["When a sum is asked, add."])
     with pytest.raises(ValueError, match="other program"):
         evaluate_at_k(_program(), _examples("q-right"), exact, library=library, **kwargs)
+
+
+class DraftThenAnswer(dspy.Module):
+    """Two predictors: a library trained with predictors=["answer"] must reach only the second."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.draft = dspy.Predict("problem -> draft")
+        self.answer = dspy.Predict("problem, draft -> answer")
+
+    def forward(self, problem: str) -> dspy.Prediction:
+        return self.answer(problem=problem, draft=self.draft(problem=problem).draft)
+
+
+def test_the_library_reaches_only_the_predictors_it_was_trained_for() -> None:
+    lesson = "When a sum is asked, add the numbers first."
+
+    def respond(call: Call) -> dict[str, str]:
+        return {"draft": "think"} if "draft" not in call.inputs else {"answer": "7"}
+
+    lm = scripted_lm(respond)
+    report = evaluate_at_k(DraftThenAnswer(), _examples("q"), exact, k=1, temperature=0.0, lm=lm, progress=False,
+                           library=ExperienceLibrary.from_texts([lesson]), predictors=["answer"])
+    assert report.mean_at_k == 1.0
+    draft_call, answer_call = lm.engine.calls
+    assert "draft" not in draft_call.inputs and lesson not in draft_call.system
+    assert "draft" in answer_call.inputs and lesson in answer_call.system
+    with pytest.raises(ValueError, match="unknown predictor name"):
+        evaluate_at_k(DraftThenAnswer(), _examples("q"), exact, k=1, temperature=0.0, lm=lm, progress=False,
+                      library=ExperienceLibrary.from_texts([lesson]), predictors=["nope"])

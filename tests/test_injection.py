@@ -146,3 +146,101 @@ def test_save_and_load_keep_the_placement_and_top_k(tmp_path):
     fresh.load(tmp_path / "p.json")
     assert placement_of(fresh) == ("input", 3)
     assert [e.text for e in library_of(fresh)] == list(FOUR_LESSONS)
+
+
+# -- a saved program keeps its lessons when it is loaded -------------------------------------------------------
+TRAIN_QUESTION = "A train travels 120 km at a speed of 60 km per hour. What time?"
+MONEY_QUESTION = "Four people share 20 dollars of money equally."
+
+
+def prompts(program, *questions):
+    """The messages the program sends for each question, on a scripted LM that answers every field."""
+    sent = []
+    for question in questions:
+        with dspy.context(lm=dspy.utils.DummyLM([{"reasoning": "r", "draft": "d", "answer": "ok"}] * 4)):
+            program(question=question)
+            sent.append([m["content"] for m in dspy.settings.lm.history[-1]["messages"]])
+    return sent
+
+
+@pytest.mark.parametrize(("kind", "options"), [
+    ("predict", {}),  # top_k=1 of four lessons: the lessons are not in the saved instructions
+    ("cot", {"top_k": 2}),
+    ("cot", {"placement": "input"}),
+    ("multi", {"predictors": ["polish"], "placement": "both", "top_k": 1}),
+])
+def test_a_program_loaded_the_dspy_way_sends_the_prompts_it_was_trained_with(tmp_path, kind, options):
+    trained = with_experiences(PROGRAMS[kind](), lib(*FOUR_LESSONS), **options)
+    trained.save(tmp_path / "p.json")
+    loaded = PROGRAMS[kind]()  # a plain program of the same shape, as in a serving process
+    loaded.load(tmp_path / "p.json")
+    assert prompts(loaded, TRAIN_QUESTION, MONEY_QUESTION) == prompts(trained, TRAIN_QUESTION, MONEY_QUESTION)
+    shown = " ".join(prompts(loaded, TRAIN_QUESTION)[0])
+    # top_k retrieval, not the whole library
+    assert FOUR_LESSONS[1] in shown and sum(lesson in shown for lesson in FOUR_LESSONS) == options.get("top_k", 1)
+
+
+def test_without_the_carrier_the_retrieved_lessons_would_be_missing(tmp_path):
+    """What the load guards against: the saved instructions alone carry no lesson when top_k < library size."""
+    import json
+
+    trained = with_experiences(dspy.Predict("question -> answer"), lib(*FOUR_LESSONS))
+    trained.save(tmp_path / "p.json")
+    saved = json.loads((tmp_path / "p.json").read_text())
+    assert not any(lesson in saved["signature"]["instructions"] for lesson in FOUR_LESSONS)
+    assert [e["text"] for e in saved["tfgrpo_experiences"]["library"]["experiences"]] == list(FOUR_LESSONS)
+
+
+def test_load_program_is_the_explicit_call_and_names_a_predictor_that_cannot_carry(tmp_path):
+    from tfgrpo_dspy import load_program
+    from tfgrpo_dspy.injection import ExperiencePredict
+
+    trained = with_experiences(TwoStep(), lib(*FOUR_LESSONS), predictors=["polish"])
+    trained.save(tmp_path / "p.json")
+    loaded = load_program(TwoStep(), tmp_path / "p.json")
+    assert isinstance(loaded.polish, ExperiencePredict) and not isinstance(loaded.draft.predict, ExperiencePredict)
+    assert (loaded.polish.placement, loaded.polish.top_k) == ("instructions", 1)
+
+    class OwnPredict(dspy.Predict):
+        pass
+
+    class Custom(dspy.Module):
+        def __init__(self):
+            super().__init__()
+            self.predict = OwnPredict("question -> answer")
+
+        def forward(self, question):
+            return self.predict(question=question)
+
+    with_experiences(Custom(), lib(*FOUR_LESSONS)).save(tmp_path / "custom.json")
+    with pytest.warns(UserWarning, match="does not show the lessons"):
+        Custom().load(tmp_path / "custom.json")
+    with pytest.warns(UserWarning), pytest.raises(ValueError, match=r"\['predict'\].*with_experiences"):
+        load_program(Custom(), tmp_path / "custom.json")
+
+
+def test_dspy_load_of_a_whole_program_save_keeps_the_lessons(tmp_path):
+    trained = with_experiences(dspy.ChainOfThought("question -> answer"), lib(*FOUR_LESSONS), top_k=2)
+    trained.save(str(tmp_path / "whole"), save_program=True)
+    loaded = dspy.load(str(tmp_path / "whole"), allow_pickle=True)
+    assert prompts(loaded, TRAIN_QUESTION, MONEY_QUESTION) == prompts(trained, TRAIN_QUESTION, MONEY_QUESTION)
+
+
+def test_a_compiled_program_loads_with_its_lessons_as_compiled(tmp_path):
+    """The real path: TrainingFreeGRPO.compile on a scripted LM, compiled.save, a fresh program's load."""
+    from scripted import scripted_lm
+    from test_selection import GOOD, LessonSensitivePolicy, exact, questions
+
+    from tfgrpo_dspy import TrainingFreeGRPO
+
+    start = lib(*FOUR_LESSONS)  # more lessons than top_k=1: only the state, not the instructions, has them
+    with dspy.context(lm=scripted_lm(LessonSensitivePolicy({0: GOOD}))):
+        compiled = TrainingFreeGRPO(metric=exact, group_size=2, num_threads=1, progress=False, max_words=40,
+                                    initial_library=start).compile(dspy.Predict("question -> answer"),
+                                                                   trainset=questions(0, 2), valset=questions(10, 6))
+    assert len(compiled.experience_library) > 1
+    compiled.save(tmp_path / "p.json")
+    loaded = dspy.Predict("question -> answer")
+    loaded.load(tmp_path / "p.json")
+    assert library_of(loaded).texts == compiled.experience_library.texts
+    assert prompts(loaded, TRAIN_QUESTION, MONEY_QUESTION) == prompts(compiled, TRAIN_QUESTION, MONEY_QUESTION)

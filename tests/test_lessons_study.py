@@ -3,6 +3,7 @@
 import dataclasses
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -132,3 +133,28 @@ def test_the_guard_keeps_every_hand_written_lesson_of_the_study():
     gsm8k_fields = ("question", "reasoning", "answer")
     assert all(vague_condition(tip, gsm8k_fields) is None for tip in study.GSM8K_TIPS)
     assert all(vague_condition(rule.lesson, ("ticket", "queue")) is None for rule in HOUSE_RULES)
+
+
+def test_saved_records_are_reused_only_if_made_with_the_same_problems_lm_and_decoding(monkeypatch, tmp_path):
+    """Another --seed or --n pairs other problems, another --max-tokens or decoding other answers: refused by name."""
+    policy = RuleFollower()
+    monkeypatch.setattr("tfgrpo_dspy.lm.make_lm", lambda spec, **kwargs: scripted_lm(policy))
+    runs = tmp_path / "runs"
+    argv = ["--tasks", "tickets", "--n", "10", "--conditions", "none", "--runs", str(runs), "--out-dir", str(tmp_path),
+            "--threads", "2"]
+    assert study.main(argv) == 0
+    record = json.loads((runs / "tickets" / "none.json").read_text())
+    assert record["made_with"] == {"n": 10, "seed": 0, "lm": "local", "max_tokens": 384,
+                                   "decoding": "one slot, no prompt reuse (repeatable)"}
+    calls = policy.calls
+    for change, named in ((["--seed", "3"], "seed 0 (now 3)"), (["--max-tokens", "200"], "max_tokens 384 (now 200)"),
+                          (["--fast-greedy"], "decoding"), (["--lm", "local:0.5b"], "lm 'local' (now 'local:0.5b')")):
+        with pytest.raises(ValueError, match=re.escape(named)):
+            study.main([*argv, *change])
+    assert policy.calls == calls  # nothing was scored, nothing paired
+    with pytest.raises(ValueError, match=r"n 10 \(now 12\)"):
+        study.main([*argv[:3], "12", *argv[4:]])
+    del record["made_with"]  # a record from before the check cannot be paired safely either
+    (runs / "tickets" / "none.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="does not say what it was made with"):
+        study.main(argv)

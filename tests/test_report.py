@@ -4,6 +4,7 @@ import base64
 import html
 import json
 import re
+from pathlib import Path
 
 import pytest
 from test_selection import BAD, GOOD, LessonSensitivePolicy, compile_with, questions
@@ -46,8 +47,8 @@ def test_the_page_shows_settings_steps_and_role_totals(gated_run, gated_report):
     steps = [json.loads(p.read_text()) for p in sorted(gated_run.glob("steps/*/step.json"))]
     for role in ("policy", "reflection", "selection"):
         total = sum(s[f"{role}_usage"]["total_tokens"] for s in steps)
-        assert total > 0 and re.search(rf"<td>{role}</td>(<td class=\"n\">[^<]*</td>){{3}}<td class=\"n\">{total}</td>",
-                                       text)
+        assert total > 0 and re.search(
+            rf"<td>{role}</td><td>in the steps</td>(<td class=\"n\">[^<]*</td>){{3}}<td class=\"n\">{total}</td>", text)
 
 
 def test_the_page_shows_each_candidate_with_its_decision(gated_run, gated_report):
@@ -120,7 +121,9 @@ def test_the_final_library_is_the_one_compile_returned_not_the_last_steps(tmp_pa
     assert BAD in (tmp_path / "library.json").read_text()  # the last step kept the harmful lesson
     text = write_report(tmp_path, tmp_path / "out" / "page.html")[0].read_text(encoding="utf-8")
     final = text[text.index("Final library"):]
-    assert "Final library: 0 lessons" in final and "the library compile returned: the starting library" in final
+    # In the result's own words (one source of truth): results.shipped_library
+    assert compiled.tfgrpo_result.shipped == "the initial library"
+    assert "Final library: 0 lessons" in final and "the library compile returned: the initial library." in final
     assert html.escape(BAD) not in final
 
 
@@ -131,3 +134,133 @@ def test_a_cli_run_log_is_titled_by_its_output_folder(gated_run, tmp_path):
     shutil.copytree(gated_run, log, ignore=shutil.ignore_patterns("report.*"))
     page, _ = write_report(log)
     assert "<h1>Training-Free GRPO run: my_run/log</h1>" in page.read_text(encoding="utf-8")
+
+
+# -- the story at the top, every call counted, notes for empty charts, a phone-width page ---------------------
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    """`tfgrpo demo` on the scripted LM: OUT/log plus OUT/demo.json with the held-out verdict, as on a real run."""
+    from scripted import scripted_lm, ticket_router
+
+    from tfgrpo_dspy import cli
+
+    lm = scripted_lm(ticket_router)
+    out = tmp_path_factory.mktemp("demo") / "out"
+    patch = pytest.MonkeyPatch()
+    patch.setattr(cli, "make_lm", lambda spec, **kwargs: lm)
+    patch.setattr("tfgrpo_dspy.lm.make_lm", lambda spec, **kwargs: lm)
+    try:
+        assert cli.main(["demo", "--train-n", "6", "--selection-n", "3", "--heldout-n", "5", "--out", str(out)]) == 0
+    finally:
+        patch.undo()
+    return out
+
+
+def test_the_page_opens_with_what_happened_and_the_held_out_verdict(demo_dir):
+    from tfgrpo_dspy.stats import PairedComparison
+
+    page, _ = write_report(demo_dir / "log")
+    text = page.read_text(encoding="utf-8")
+    step = json.loads((demo_dir / "log" / "steps" / "0001" / "step.json").read_text())
+    (decision,) = step["candidates"]
+    assert not decision["accepted"] and step["lessons_proposed"] > 0  # what the scripted run did
+    top = text[text.index("<body>"):text.index("<h2>Run</h2>")]
+    assert "No lesson was learned: the selection gate rejected every edit." in top
+    assert f"Proposed: {step['lessons_proposed']} lessons; the guard dropped {step['lessons_dropped']}" in top
+    assert html.escape(f"Gate, step 1: rejected, {decision['reason']}.") in top
+    assert "Shipped: the initial library (no step changed it), 0 lessons." in top
+    demo = json.loads((demo_dir / "demo.json").read_text())
+    fields = PairedComparison.__dataclass_fields__
+    verdict = PairedComparison(**{k: v for k, v in demo["comparison"].items() if k in fields})
+    assert html.escape(verdict.verdict()) in top and "from demo.json" in top
+
+
+def test_every_call_is_counted_where_it_was_spent(demo_dir):
+    text = write_report(demo_dir / "log")[0].read_text(encoding="utf-8")
+    (initial,) = [json.loads(p.read_text()) for p in (demo_dir / "log" / "selection").glob("*.json")
+                  if json.loads(p.read_text())["label"] == "initial"]
+    calls = initial["usage"]["calls"]
+    assert calls > 0 and re.search(rf"<td>selection</td><td>the starting library, before step 1</td>"
+                                   rf"<td class=\"n\">{calls}</td>", text)
+    step = json.loads((demo_dir / "log" / "steps" / "0001" / "step.json").read_text())
+    everything = sum(step[f"{role}_usage"]["calls"] for role in ("policy", "reflection", "selection")) + calls
+    assert re.search(rf"<td>all</td><td></td><td class=\"n\">{everything}</td>", text)
+    demo = json.loads((demo_dir / "demo.json").read_text())
+    assert demo["train"]["selection_usage"]["calls"] == step["selection_usage"]["calls"] + calls  # the result agrees
+    assert "is not in the step time" in text
+    assert "<th>cost" not in text.split("<h2>LM use</h2>")[1].split("</table>")[0]  # a local LM reports no price
+    assert "The LM reported no cost." in text
+
+
+def test_a_reported_cost_is_shown_with_its_unit(demo_dir, tmp_path):
+    import shutil
+
+    log = tmp_path / "out" / "log"
+    shutil.copytree(demo_dir / "log", log)
+    path = log / "steps" / "0001" / "step.json"
+    step = json.loads(path.read_text())
+    step["reflection_usage"]["cost"] = 0.25
+    path.write_text(json.dumps(step))
+    text = write_report(log)[0].read_text(encoding="utf-8")
+    assert "<th>cost (USD)</th>" in text and "The LM reported no cost." not in text
+
+
+def test_charts_without_data_become_notes_and_the_png_names_the_run(tmp_path):
+    from tfgrpo_dspy.report.charts import draw_charts
+    from tfgrpo_dspy.report.run import load_run
+
+    compile_with(LessonSensitivePolicy({0: None}), log_dir=tmp_path / "nothing" / "log")  # the reflection proposes none
+    run = load_run(tmp_path / "nothing" / "log")
+    charts = draw_charts(run)
+    assert charts.drawn == 2 and charts.png.startswith(PNG_SIGNATURE)
+    assert any("no library besides the starting one was scored" in n for n in charts.notes)
+    assert any("the library had no lesson" in n for n in charts.notes)
+    assert charts.title.startswith("Training-Free GRPO run nothing/log · last written 20") and charts.title.endswith(
+        " UTC")
+    text = write_report(tmp_path / "nothing" / "log")[0].read_text(encoding="utf-8")
+    step = json.loads((tmp_path / "nothing" / "log" / "steps" / "0001" / "step.json").read_text())
+    calls, groups = step["reflection_usage"]["calls"], step["informative_groups"]
+    assert calls > 0 and groups == 2 and step["lessons_proposed"] == 0
+    assert (f"No lesson was learned: the reflection proposed none ({calls} reflection calls on {groups} informative "
+            "groups).") in text
+    assert text.count('<p class="note">No ') >= 2 and f'alt="{html.escape(charts.title)}"' in text
+
+
+def test_a_rejected_step_ships_the_initial_library_in_the_results_words(tmp_path):
+    compiled, _ = compile_with(LessonSensitivePolicy({0: BAD}), log_dir=tmp_path)
+    shipped = compiled.tfgrpo_result.shipped
+    assert shipped == "the initial library (no step changed it)"
+    text = write_report(tmp_path, tmp_path / "out" / "page.html")[0].read_text(encoding="utf-8")
+    assert text.count(shipped) >= 3  # the story, the selection section, the final library
+    assert "the library after step 1" not in text
+
+
+def test_the_page_fits_a_phone(gated_report):
+    _, _, text = gated_report
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in text
+    assert text.count("<table>") == text.count('<div class="scroll"><table>') > 0  # tables scroll in their box
+    assert "@media (max-width:600px)" in text and ".scroll{overflow-x:auto" in text
+
+
+def test_the_gated_run_says_what_shipped_and_why_the_guard_dropped_lessons(gated_run, tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "gated"
+    shutil.copytree(gated_run, run_dir, ignore=shutil.ignore_patterns("report.*"))
+    extra = run_dir / "steps" / "0001" / "proposals" / "ex0099.json"
+    extra.write_text(json.dumps({"example_index": 99, "lessons": [], "dropped": [
+        {"text": "When Tom has 5 apples, he has 5.", "dropped_because": "restates its example: 5"},
+        {"text": "When a value, do it.", "dropped_because": "restates its example: value"}]}))
+    text = write_report(run_dir)[0].read_text(encoding="utf-8")
+    # Step 2 changed nothing and ties with step 1: the later step ships, in the result's words.
+    assert "1 lesson shipped: the library after step 2." in text and "Gate, step 1, edit 2 alone: accepted" in text
+    assert "(restates its example ×2)" in text
+
+
+def test_the_committed_gsm8k_run_says_its_one_proposal_was_dropped_for_copying_the_prompt(tmp_path):
+    """A real run (benchmarks/results/compare_gsm8k.runs): the one proposal the guard dropped, the calls it spent."""
+    log = Path(__file__).resolve().parent.parent / "benchmarks/results/compare_gsm8k.runs/gsm8k/tfgrpo-seed0.log"
+    text = write_report(log, tmp_path / "page.html")[0].read_text(encoding="utf-8")
+    assert ("No lesson was learned: the guard dropped the one proposed lesson (copies the reflection prompt ×1)."
+            in text)
+    assert re.search(r"<td>selection</td><td>the starting library, before step 1</td><td class=\"n\">22</td>", text)

@@ -85,7 +85,8 @@ def test_a_helpful_lesson_is_kept():
     assert result.best_step == 1 and result.steps[0].gate == "accepted"
     assert result.shipped == "the library after step 1"
     step = result.candidates[1]  # its p-value is the one-sided test its reason names
-    assert f"one-sided sign test p={step.p_value:.3f}" in step.reason and step.p_value < 0.5
+    assert f"one-sided sign test p={step.p_one_sided:.3f}" in step.reason and step.p_one_sided < 0.5
+    assert step.compared_with == result.candidates[0].fingerprint  # the initial library it was compared with
 
 
 def test_a_harmful_lesson_is_rejected_and_absent_from_the_compiled_program():

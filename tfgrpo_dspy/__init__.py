@@ -3,9 +3,10 @@
     optimizer = TrainingFreeGRPO(metric=metric, group_size=5, epochs=3)
     compiled = optimizer.compile(program, trainset=trainset, valset=valset)
     compiled.experience_library.save("library.json")
+    compiled.save("program.json")  # later: load_program(dspy.ChainOfThought(...), "program.json")
 """
 
-from tfgrpo_dspy.injection import ExperiencePredict, library_of, with_experiences
+from tfgrpo_dspy.injection import ExperiencePredict, library_of, load_program, with_experiences
 from tfgrpo_dspy.library import ApplyReport, AuditEntry, EditOp, Experience, ExperienceLibrary, LibraryDiff
 from tfgrpo_dspy.optimizer import TrainingAborted, TrainingFreeGRPO
 from tfgrpo_dspy.results import Candidate, RunEstimate, StepStats, TrainingFreeGRPOResult
@@ -35,6 +36,7 @@ __all__ = [
     "Usage",
     "compare_paired",
     "library_of",
+    "load_program",
     "with_experiences",
 ]
 __version__ = "0.2.0"

@@ -147,6 +147,7 @@ def evaluate_at_k(
     num_threads: int = 1,
     lm: dspy.BaseLM | None = None,
     library: Any = None,
+    predictors: Sequence[str] | None = None,
     placement: str = "instructions",
     top_k: int | None = DEFAULT_TOP_K,
     answer_field: str = "answer",
@@ -166,6 +167,9 @@ def evaluate_at_k(
         num_threads: samples run in parallel.
         lm: the LM to sample from; default ``dspy.settings.lm``. A predictor's own LM wins, as in DSPy.
         library: an ``ExperienceLibrary`` (or a path to its JSON) applied with ``with_experiences``.
+        predictors: the predictors that carry ``library`` (names from ``program.named_predictors()``); None
+            means every predictor. Pass the ``predictors=`` the library was trained with: a lesson shown to a
+            predictor that never had it in training measures another program.
         placement / top_k: where the library goes (see `tfgrpo_dspy.with_experiences`).
         answer_field: prediction field recorded as each sample's answer.
         success_threshold: a sample counts as correct for Pass@k when its score reaches this.
@@ -183,7 +187,7 @@ def evaluate_at_k(
     if library is not None:
         from tfgrpo_dspy.injection import with_experiences
 
-        program = with_experiences(program, library, placement=placement, top_k=top_k)
+        program = with_experiences(program, library, predictors, placement=placement, top_k=top_k)
 
     def run_one(job: tuple[int, int]) -> Rollout:
         index, sample = job

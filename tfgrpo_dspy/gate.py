@@ -35,15 +35,24 @@ class GateOutcome:
 
 
 def candidate_record(step: int, label: str, library: ExperienceLibrary, score: LibraryScore, accepted: bool,
-                     reason: str, decision: GateDecision | None = None) -> Candidate:
-    """A scored library as the result lists it."""
+                     reason: str, decision: GateDecision | None = None, base: LibraryScore | None = None
+                     ) -> Candidate:
+    """A scored library as the result lists it; ``base`` is the library's score it was compared with."""
     comparison = decision.comparison if decision is not None else None
     return Candidate(step=step, label=label, score=score.mean, accepted=accepted, size=len(library),
                      tokens=library.approx_tokens(), fingerprint=score.fingerprint,
                      net_wins=comparison.net_wins if comparison else None,
                      wins=comparison.wins if comparison else None, losses=comparison.losses if comparison else None,
-                     p_value=one_sided_sign_test(comparison.wins, comparison.losses) if comparison else None,
-                     reason=reason)
+                     p_one_sided=one_sided_sign_test(comparison.wins, comparison.losses) if comparison else None,
+                     reason=reason, compared_with=base.fingerprint if base is not None else None)
+
+
+@dataclass(frozen=True)
+class EditTrial:
+    """What happened to one edit of a rejected step: kept or not, and the trial that decided it, in words."""
+
+    kept: bool
+    detail: str
 
 
 class StepGate:
@@ -67,42 +76,54 @@ class StepGate:
         accepted = decision.passed or not gate
         reason = decision.reason if gate else f"not gated (gate=False): {decision.reason}"
         outcome = GateOutcome(candidate if accepted else current, "accepted" if accepted else "rejected",
-                              [candidate_record(step, f"step {step}", candidate, scored, accepted, reason, decision)])
+                              [candidate_record(step, f"step {step}", candidate, scored, accepted, reason, decision,
+                                                current_score)])
         if accepted:
             return outcome
-        if len(edits) > 1 and self.settings.gate_budget:
-            self._try_single_edits(step, edits, outcome)
-        _audit_rejected(step, edits, outcome, decision.reason)
+        trials = self._try_single_edits(step, edits, outcome) if len(edits) > 1 and self.settings.gate_budget else {}
+        _audit_refused(step, edits, outcome, trials, decision.reason)
         return outcome
 
-    def _try_single_edits(self, step: int, edits: list[Edit], outcome: GateOutcome) -> None:
-        """Try the step's edits one at a time against the library kept so far (at most gate_budget)."""
-        tried = 0
+    def _try_single_edits(self, step: int, edits: list[Edit], outcome: GateOutcome) -> dict[int, EditTrial]:
+        """Try the step's edits one at a time against the library kept so far (at most gate_budget).
+
+        Returns each tried edit's own result, by its position in ``edits``, so that the audit log quotes the
+        trial that decided it."""
+        tried: dict[int, EditTrial] = {}
         for number, edit in enumerate(edits, start=1):
-            if tried >= self.settings.gate_budget:
+            if len(tried) >= self.settings.gate_budget:
                 break
             single = outcome.library.copy()
             single.apply([edit.op], step=step, sources=edit.sources)
             if single.same_lessons(outcome.library):
+                tried[number - 1] = EditTrial(False, "not tried alone: it changes nothing on the library kept so far")
                 continue
-            tried += 1
             label = f"step {step}, edit {number} alone"
             base_score = self.selector.score(outcome.library, f"before {label}")
             scored = self.selector.score(single, label)
             decision = self.selector.gate(base_score, scored)
             outcome.candidates.append(candidate_record(step, label, single, scored, decision.passed, decision.reason,
-                                                       decision))
+                                                       decision, base_score))
+            tried[number - 1] = EditTrial(decision.passed, f"rejected by the selection gate alone ({label}): "
+                                                           f"{decision.reason}")
             if decision.passed:
                 outcome.library = single
                 outcome.label = "partly accepted"
+        return tried
 
 
-def _audit_rejected(step: int, edits: list[Edit], outcome: GateOutcome, reason: str) -> None:
-    """Rejected edits stay in the kept library's audit log with the scores that rejected them."""
-    kept_texts = set(outcome.library.texts)
-    for edit in (e.op for e in edits):
-        if edit.text is not None and edit.text in kept_texts:
+def _audit_refused(step: int, edits: list[Edit], outcome: GateOutcome, trials: dict[int, EditTrial],
+                   combined_reason: str) -> None:
+    """Each edit the kept library does not have goes into its audit log as refused, with the trial that refused
+    it: its own when it was tried alone, else the step's combined candidate. An edit kept alone is not refused
+    (its "applied" entry is already in the log)."""
+    untried = ("rejected by the selection gate: " if len(edits) == 1 else
+               "rejected by the selection gate with the step's other edits (not tried alone): ")
+    for number, edit in enumerate(e.op for e in edits):
+        trial = trials.get(number)
+        if trial is not None and trial.kept:
             continue
+        detail = trial.detail if trial is not None else untried + combined_reason
         outcome.library.audit_log.append(AuditEntry(
-            step, edit.op, "refused", f"rejected by the selection gate: {reason}", id=edit.id,
-            ids=tuple(edit.ids) if edit.ids else None, text=edit.text, reason=edit.reason))
+            step, edit.op, "refused", detail, id=edit.id, ids=tuple(edit.ids) if edit.ids else None, text=edit.text,
+            reason=edit.reason))

@@ -10,17 +10,23 @@ shows it on every call in one of three placements:
 With ``top_k`` (default 1, `DEFAULT_TOP_K`), each call shows only the k lessons most relevant to its
 inputs (BM25 over the lesson texts, query = the input values); ``top_k=None`` shows every lesson.
 Training and deployment use the same class, so the model sees the lessons in exactly the same place.
-The library is saved with the program (``program.save``) as part of each predictor's state; with the
-instructions placement and every lesson shown (``top_k=None``, or no more than k lessons) the block is
-also in the saved instructions, so even a plain DSPy program of the same shape that loads the file
-shows it.
-`library_of` reads a program's library back from either.
+The library is saved with the program (``program.save``) as part of each predictor's state. Loading it
+the DSPy way, ``Program().load(path)`` into a plain program of the same shape, gives back carriers that
+show the lessons exactly as in training (placement and top_k retrieval included) in any process that has
+imported ``tfgrpo_dspy``: see `SavedLibrarySlot`. `load_program` is the same load as one explicit call that
+fails loudly when a predictor could not become a carrier. ``dspy.load`` of a whole-program save
+(``save_program=True``) unpickles the carriers themselves. With the instructions placement and every
+lesson shown (``top_k=None``, or no more than k lessons) the block is also in the saved instructions, so
+even a process without ``tfgrpo_dspy`` shows it; with retrieval it cannot.
+`library_of` reads a program's library back from any of these.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import dspy
@@ -158,6 +164,71 @@ class ExperiencePredict(dspy.Predict):
             self.experience_library = ExperienceLibrary.from_dict(saved["library"], origin="saved program")
             self.placement, self.top_k = saved["placement"], saved["top_k"]
         return self
+
+
+class SavedLibrarySlot:
+    """The ``tfgrpo_experiences`` attribute of every `dspy.Predict`: where a saved library lands on load.
+
+    DSPy's ``Predict.load_state`` sets each key of a predictor's saved state that it does not know as an
+    attribute, and has no other hook. A saved `ExperiencePredict` keeps its library under this key, so this
+    data descriptor, installed on ``dspy.Predict`` when this module is imported, sees the assignment: a plain
+    ``dspy.Predict`` that loads one becomes an `ExperiencePredict` in place (same object, same dict) and shows
+    the lessons on every call as in training. Without it the lessons sat unused in the predictor's state
+    while `library_of` still found them. A subclass of Predict is left as it is, with a warning: turning it
+    into a carrier would drop its own behaviour.
+    """
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        try:
+            return instance.__dict__[_STATE_KEY]
+        except KeyError:
+            raise AttributeError(_STATE_KEY) from None
+
+    def __set__(self, instance: dspy.Predict, saved: Any) -> None:
+        if type(instance) is dspy.Predict and _is_saved_library(saved):
+            _become_carrier(instance, saved)
+            return
+        instance.__dict__[_STATE_KEY] = saved
+        if _is_saved_library(saved) and not isinstance(instance, ExperiencePredict):
+            warnings.warn(f"a {type(instance).__name__} loaded a saved experience library but is not a plain "
+                          "dspy.Predict, so it does not show the lessons on its calls; carry them with "
+                          "tfgrpo_dspy.with_experiences(program, tfgrpo_dspy.library_of(program), ...)", stacklevel=2)
+
+    def __delete__(self, instance: dspy.Predict) -> None:
+        instance.__dict__.pop(_STATE_KEY, None)
+
+
+def _is_saved_library(saved: Any) -> bool:
+    return isinstance(saved, dict) and {"library", "placement", "top_k"} <= set(saved)
+
+
+def _become_carrier(predictor: dspy.Predict, saved: dict[str, Any]) -> None:
+    """Turn a loaded plain Predict into the carrier that was saved (its signature and demos load as usual)."""
+    predictor.__class__ = ExperiencePredict
+    predictor.experience_library = ExperienceLibrary.from_dict(saved["library"], origin="saved program")
+    predictor.placement, predictor.top_k = saved["placement"], saved["top_k"]
+
+
+setattr(dspy.Predict, _STATE_KEY, SavedLibrarySlot())
+
+
+def load_program(program: dspy.Module, path: str | Path) -> dspy.Module:
+    """``program.load(path)`` for a saved compiled program; returns ``program``, its lessons shown on every call.
+
+    Plain DSPy loading does the same once ``tfgrpo_dspy`` is imported (`SavedLibrarySlot`); this call makes the
+    dependency explicit and raises, naming the predictor, where a saved library would not be shown.
+    """
+    if not isinstance(program, dspy.Module):
+        raise TypeError(f"program must be a dspy.Module, got {type(program).__name__}")
+    program.load(str(path))
+    unshown = [name for name, predictor in program.named_predictors()
+               if not isinstance(predictor, ExperiencePredict) and _is_saved_library(vars(predictor).get(_STATE_KEY))]
+    if unshown:
+        raise ValueError(f"{path}: predictor(s) {unshown} loaded a library but are not plain dspy.Predict, so they "
+                         "would not show it; wrap the program with tfgrpo_dspy.with_experiences instead")
+    return program
 
 
 def select_predictors(program: dspy.Module, names: Sequence[str] | None) -> list[tuple[str, dspy.Predict]]:

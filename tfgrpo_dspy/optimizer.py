@@ -2,7 +2,8 @@
 
 A thin Teleprompter: it validates its inputs, splits off a selection set, builds the run's parts
 (`tfgrpo_dspy.phases.RunContext`), runs the step loop (`tfgrpo_dspy.loop`) and returns a copy of the
-student that carries the best library. Every setting lives in `TrainingFreeGRPOSettings`.
+student that carries the shipped library (the best scored on the selection set; without one, the last
+step's). Every setting lives in `TrainingFreeGRPOSettings`.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class TrainingFreeGRPO(Teleprompter):
     LM, which proposes at most a few general lessons (or none); near-duplicates are clustered and
     one update step turns them into Add / Modify / Merge / Delete edits. The edits are kept only
     if the library they make wins on a held-out selection set, and the compiled program carries the
-    best library seen (``compiled.experience_library``) and the run's record (``compiled.tfgrpo_result``).
+    best library seen on it (``compiled.experience_library``; without a selection set, the last step's, as in
+    the paper) and the run's record (``compiled.tfgrpo_result``).
 
     Args:
         metric: a DSPy metric ``(example, prediction, trace=None)`` returning a float, a bool or
@@ -101,7 +103,8 @@ class TrainingFreeGRPO(Teleprompter):
 
     # -- the Teleprompter API ---------------------------------------------------------------------
     def compile(self, student: dspy.Module, *, trainset: list, teacher: Any = None, valset: list | None = None):
-        """Learn an experience library on ``trainset``; return a copy of ``student`` that carries the best one.
+        """Learn an experience library on ``trainset``; return a copy of ``student`` that carries the shipped one
+        (the best scored on the selection set; without a selection set, the last step's).
 
         Args:
             student: any DSPy program; it is not modified.

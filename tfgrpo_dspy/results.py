@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -25,8 +26,11 @@ class Candidate:
     net_wins: int | None = None  # against the library it was compared with
     wins: int | None = None
     losses: int | None = None
-    p_value: float | None = None  # one-sided sign test that it beats that library, as in ``reason``
+    # The one-sided sign test that it beats that library, as quoted in ``reason`` (stats.PairedComparison's
+    # p_value is the two-sided test; records that called this "p_value" mixed the two and are not read back).
+    p_one_sided: float | None = None
     reason: str = ""
+    compared_with: str | None = None  # the fingerprint of the library it was compared with (None: not compared)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -34,6 +38,18 @@ class Candidate:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Candidate:
         return cls(**{k: v for k, v in data.items() if k in {f.name for f in fields(cls)}})
+
+
+def shipped_library(best_step: int | None, candidates: Sequence[Candidate]) -> str:
+    """Which library a compile returned, in words, from its best step and the candidates scored on the way: a
+    step that changed nothing ships the starting lessons. The result and the run report both say it this way."""
+    if best_step is None:
+        return "the last step's library (no selection set)"
+    if best_step == 0:
+        return "the initial library"
+    if not any(c.accepted for c in candidates if 0 < c.step <= best_step):
+        return "the initial library (no step changed it)"
+    return f"the library after step {best_step}"
 
 
 @dataclass(frozen=True)
@@ -96,14 +112,8 @@ class TrainingFreeGRPOResult:
 
     @property
     def shipped(self) -> str:
-        """Which library compile returned, in words: a step that changed nothing ships the starting lessons."""
-        if self.best_step is None:
-            return "the last step's library (no selection set)"
-        if self.best_step == 0:
-            return "the initial library"
-        if not any(c.accepted for c in self.candidates if 0 < c.step <= self.best_step):
-            return "the initial library (no step changed it)"
-        return f"the library after step {self.best_step}"
+        """Which library compile returned, in words (`shipped_library`)."""
+        return shipped_library(self.best_step, self.candidates)
 
     @property
     def policy_usage(self) -> Usage:

@@ -92,8 +92,7 @@ class RunLog:
         return True
 
     def _step_dir(self, step: int) -> Path:
-        assert self.root is not None
-        return self.root / "steps" / f"{step:04d}"
+        return self._root() / "steps" / f"{step:04d}"
 
     def load(self, step: int, kind: str, key: str) -> dict[str, Any] | None:
         """One record, or None when it is missing or unreadable (then it is redone)."""
@@ -148,12 +147,30 @@ class RunLog:
         write_json_atomic(self.root / "state.json", {**self.state(), "completed_steps": step, "stopped": None})
 
     def save_run_record(self, name: str, payload: dict[str, Any]) -> None:
-        """A file about the whole run (e.g. the initial library's record), next to the manifest."""
+        """A file about the whole run (e.g. the shipped library's record), next to the manifest."""
         if self.root is not None:
-            write_json_atomic(self.root / f"{name}.json", payload)
+            write_json_atomic(self.run_record_path(name), payload)
 
-    def load_run_record(self, name: str) -> dict[str, Any] | None:
-        return None if self.root is None else self.load_file(self.root / f"{name}.json")
+    # -- where each record lives, for readers of a finished log (the run report) ------------------------------
+    def _root(self) -> Path:
+        if self.root is None:
+            raise RunLogError("this run keeps no log (log_dir=None): there are no files to read")
+        return self.root
+
+    def run_record_path(self, name: str) -> Path:
+        """``manifest``, ``state``, ``library`` (the last step's), ``shipped`` (what compile returned)."""
+        return self._root() / f"{name}.json"
+
+    def step_record_path(self, step: int) -> Path:
+        return self._step_dir(step) / "step.json"
+
+    def record_paths(self, kind: str) -> list[Path]:
+        """Every step's records of one kind ("rollouts", "summaries", "proposals", "updates"), in step order."""
+        return sorted(self._root().glob(f"steps/*/{kind}/*.json"))
+
+    def selection_paths(self) -> list[Path]:
+        """One record per library scored on the selection set (the starting library's included)."""
+        return sorted((self._root() / "selection").glob("*.json"))
 
     def mark_stopped(self, reason: str) -> None:
         if self.root is not None:

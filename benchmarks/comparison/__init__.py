@@ -1,0 +1,15 @@
+"""benchmarks/compare.py as a package, one module a job, imported one way (each module only from those above it):
+
+    presets      the methods and each preset's sizes, decoding and budgets (`Budget`)
+    data         each task's split, program and metric (`Split`)
+    metering     usage per role, counted in the engine (`MeteredEngine`, `Roles`)
+    records      the typed records between stages and in the run directory (`SeedRun`, `MethodResult`)
+    methods      one compile function per optimizer (`COMPILERS`)
+    evaluate     the held-out evaluation, its repeat, the prompt tokens a program adds
+    store        the run directory (`RunStore`) and what its records depend on
+    gate_checks  the gated run's decisions scored on the held-out rows
+    summary      each method against none, paired; the repeatability of none
+    markdown     the report as markdown;  plot: its PNG;  outputs: the JSON and what it records
+    run          the stages of one method (`MethodRun`), resumably, and the whole comparison
+    cli          the command line
+"""

@@ -1,0 +1,119 @@
+"""The held-out evaluation every method gets, its repeat with the cache off, and what a program adds per call."""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import dspy
+
+from comparison.data import Split
+from comparison.metering import metered_copy
+from comparison.presets import CHARS_PER_TOKEN, Budget
+from comparison.records import RepeatEval, SeedRun, problem_results
+from tfgrpo_dspy.evaluation import EvalReport, evaluate_at_k
+
+logger = logging.getLogger("compare")
+
+
+def evaluate_held_out(program: dspy.Module, split: Split, budget: Budget, lm: dspy.LM, seed: int,
+                      progress: bool, checkpoint_dir: Path | None = None) -> EvalReport:
+    """The one held-out evaluation every method gets: same problems, metric, decoding, k and threads.
+
+    With ``checkpoint_dir`` each finished problem is saved, and an interrupted evaluation resumes there
+    (its eval seconds then count only the resumed part)."""
+    return evaluate_at_k(program, split.test, split.metric, k=budget.k, temperature=budget.eval_temperature,
+                         num_threads=budget.num_threads, lm=lm, rollout_id_offset=seed * 10**6, progress=progress,
+                         answer_field=split.answer_field, checkpoint_dir=checkpoint_dir)
+
+
+def evaluate_stage(run: SeedRun, program: dspy.Module, split: Split, budget: Budget, lm: dspy.LM,
+                   progress: bool, checkpoint_dir: Path | None = None) -> SeedRun:
+    """The held-out evaluation of a compiled program, metered apart from its compile."""
+    evaluation, meter = metered_copy(lm, "evaluation")
+    started = time.perf_counter()
+    try:
+        report = evaluate_held_out(program, split, budget, evaluation, run.seed, progress, checkpoint_dir)
+    except Exception as exc:
+        logger.warning("evaluation failed:\n%s", traceback.format_exc())
+        return replace(run, error=f"evaluate: {type(exc).__name__}: {exc}",
+                       eval_seconds=round(time.perf_counter() - started, 2),
+                       engine_failures=run.engine_failures + meter.failures)
+    usage = meter.usage
+    return replace(
+        run, score=report.mean_at_k, pass_at_k=report.pass_at_k, score_stderr=_stderr(report),
+        eval_seconds=round(time.perf_counter() - started, 2), usage={**run.usage, "evaluation": usage},
+        engine_failures=run.engine_failures + meter.failures, program_errors=report.program_errors,
+        eval_prompt_tokens_per_call=round(usage.prompt_tokens / usage.calls, 1) if usage.calls else None,
+        per_problem=problem_results(report))
+
+
+@contextmanager
+def dspy_cache_disabled() -> Iterator[None]:
+    """DSPy's cache off (memory and disk) for the block, so every request reaches the model; then restored."""
+    previous = dspy.cache
+    dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
+    try:
+        yield
+    finally:
+        dspy.cache = previous
+
+
+def repeat_stage(run: SeedRun, program: dspy.Module, split: Split, budget: Budget, lm: dspy.LM,
+                 progress: bool, checkpoint_dir: Path | None = None) -> SeedRun:
+    """Evaluate the same program again with the cache off, so every problem really goes back to the model."""
+    evaluation, meter = metered_copy(lm, "evaluation")
+    started = time.perf_counter()
+    try:
+        with dspy_cache_disabled():
+            report = evaluate_held_out(program, split, budget, evaluation, run.seed, progress, checkpoint_dir)
+    except Exception as exc:
+        logger.warning("repeated evaluation failed:\n%s", traceback.format_exc())
+        return replace(run, repeat=RepeatEval(None, None, None, round(time.perf_counter() - started, 2),
+                                              meter.usage, error=f"{type(exc).__name__}: {exc}"))
+    repeat = RepeatEval.of(run.per_problem, problem_results(report), time.perf_counter() - started, meter.usage)
+    return replace(run, repeat=repeat)
+
+
+def static_prompt_chars(program: dspy.Module, adapter: dspy.Adapter | None = None) -> int:
+    """Characters of every predictor's prompt with empty inputs: instructions, field layout and demos.
+
+    The question's own text is the same for every method, so leaving it out measures exactly what an
+    optimizer adds to (or removes from) each inference call.
+    """
+    adapter = adapter or dspy.settings.adapter or dspy.ChatAdapter()
+    total = 0
+    for _, predictor in program.named_predictors():
+        inputs = {name: "" for name in predictor.signature.input_fields}
+        messages = adapter.format(predictor.signature, list(predictor.demos or []), inputs)
+        total += sum(len(str(m.get("content") or "")) for m in messages)
+    return total
+
+
+def approx_tokens(chars: int) -> int:
+    return math.ceil(chars / CHARS_PER_TOKEN)
+
+
+def added_prompt_tokens(program: dspy.Module, split: Split) -> int:
+    """Prompt tokens (approx) the optimized program adds to every call, against the split's base program."""
+    return approx_tokens(static_prompt_chars(program)) - approx_tokens(static_prompt_chars(split.make_program()))
+
+
+def detach_lms(program: dspy.Module) -> dspy.Module:
+    """A copy whose predictors use the LM of the context: evaluation must not run on an optimizer's LM copy."""
+    program = program.deepcopy()
+    for _, predictor in program.named_predictors():
+        predictor.lm = None
+    return program
+
+
+def _stderr(report: EvalReport) -> float | None:
+    scores = [e.mean_score for e in report.examples]
+    return statistics.stdev(scores) / math.sqrt(len(scores)) if len(scores) > 1 else None

@@ -1,0 +1,252 @@
+"""benchmarks/comparison: the committed results load, and the defects of issue 26 stay fixed (scripted LMs only)."""
+
+import inspect
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import dspy
+import pytest
+from comparison import cli, gate_checks, metering, methods, outputs, presets, summary
+from comparison import data as splits
+from comparison import markdown as md
+from comparison.records import CompileDetails, HeldOutCheck, MethodResult, ProblemResult, SeedRun, TfgrpoRun
+from comparison.store import RunStore
+from scripted import default_reflection, scripted_lm
+from test_benchmarks import GsmScript
+
+from tfgrpo_dspy import ExperienceLibrary
+from tfgrpo_dspy.results import Candidate
+from tfgrpo_dspy.usage import Usage
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+# -- the committed results ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("compare_*.json")), ids=lambda p: p.name)
+def test_each_committed_comparison_still_replots(path, tmp_path):
+    report = json.loads(path.read_text())
+    assert report["format"] == "tfgrpo-compare" and report["tasks"]
+    copy = tmp_path / path.name
+    copy.write_text(path.read_text())
+    assert cli.main(["--replot", str(copy)]) == 0
+    assert copy.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_committed_run_directory_loads_into_the_typed_records_and_gives_the_committed_verdict():
+    root = RESULTS / "compare_gsm8k.runs"
+    store = RunStore(root)
+    runs = {method: store.load_run("gsm8k", method, 0) for method in ("none", "tfgrpo")}
+    assert all(isinstance(run, SeedRun) and run.evaluated for run in runs.values())
+    for method, run in runs.items():  # the typed records write the same file back, key for key
+        saved = json.loads((root / "gsm8k" / f"{method}-seed0.json").read_text())["run"]
+        written = run.to_dict()
+        for candidate in saved["details"].get("candidates", []):
+            candidate.pop("p_value")  # the one key not read back (it mixed a one- and a two-sided test)
+        for candidate in written["details"].get("candidates", []):
+            assert (candidate.pop("p_one_sided"), candidate.pop("compared_with")) == (None, None)
+        assert written == saved
+    tfgrpo = runs["tfgrpo"].details.tfgrpo
+    assert tfgrpo.candidates[0].label == "initial" and tfgrpo.self_reported_usage["selection"].calls > 0
+    split = splits.Split("gsm8k", [], [], [], "committed", make_program=splits.gsm8k_program)
+    program = store.load_program(split, "tfgrpo", 0)
+    assert isinstance(program, dspy.ChainOfThought)
+    # The statistics from the records are the committed report's.
+    rows = summary.result_rows([MethodResult("none", "method", (runs["none"],)),
+                                MethodResult("tfgrpo", "method", (runs["tfgrpo"],))])
+    committed = {r["method"]: r for r in json.loads((RESULTS / "compare_gsm8k.json").read_text())["tasks"]["gsm8k"][
+        "results"]}
+    for key in ("delta", "wins", "losses", "ci_low", "ci_high", "p_value"):
+        assert rows[1]["vs_none"][key] == pytest.approx(committed["tfgrpo"]["vs_none"][key])
+    assert rows[0]["problem_scores"] == committed["none"]["problem_scores"]
+
+
+def test_the_documented_entry_point_still_runs():
+    done = subprocess.run([sys.executable, "benchmarks/compare.py", "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and "--preset" in done.stdout and "tickets" in done.stdout
+
+
+# -- the gate's decisions on the held-out rows (issue 26, item 4) --------------------------------------------------
+def _candidate(step, label, fingerprint, accepted, compared_with=None):
+    return Candidate(step=step, label=label, score=0.5, accepted=accepted, size=step, tokens=0,
+                     fingerprint=fingerprint, net_wins=None, reason="", compared_with=compared_with)
+
+
+def _gated_run(checks, shipped=("lesson a",)):
+    """Step 1 accepted library a over the initial one; step 2's candidate b and an edit tried alone, c, were
+    compared with a (the current library then) and rejected; "after step N" rows are accepted by construction."""
+    candidates = (_candidate(0, "initial", "i", True), _candidate(1, "step 1", "a", True, "i"),
+                  _candidate(1, "after step 1", "a", True), _candidate(2, "step 2", "b", False, "a"),
+                  _candidate(2, "step 2, edit 1 alone", "c", False, "a"), _candidate(2, "after step 2", "a", True))
+    tfgrpo = TfgrpoRun(2, 20, candidates, 2, 4, None, {})
+    details = CompileDetails({"placement": "instructions", "top_k": None}, library=shipped, tfgrpo=tfgrpo,
+                             held_out_checks=checks)
+    return SeedRun(seed=0, score=None, pass_at_k=None, score_stderr=None, compile_seconds=1.0, eval_seconds=1.0,
+                   usage={}, engine_failures=0, added_prompt_tokens=0, eval_prompt_tokens_per_call=None,
+                   program_errors=0, details=details)
+
+
+def _right(*indices, n=20):
+    return tuple(1.0 if i in indices else 0.0 for i in range(n))
+
+
+INITIAL = _right(*range(4))  # 4 of 20 right
+LIBRARY_A = _right(*range(16))  # 12 more: measurably better than the initial library
+CANDIDATE_B = _right(*range(10))  # 6 fewer than a, 6 more than the initial library
+EDIT_C = _right(*range(15))  # one fewer than a
+
+
+def test_a_rejected_candidate_is_judged_against_the_library_the_gate_compared_it_with():
+    checks = {"a": HeldOutCheck("step 1", shipped=True), "b": HeldOutCheck("step 2", scores=CANDIDATE_B),
+              "c": HeldOutCheck("step 2, edit 1 alone", scores=EDIT_C)}
+    run = replace(_gated_run(checks), per_problem=tuple(ProblemResult(i, s, ("x",)) for i, s in enumerate(LIBRARY_A)))
+    rows = {row["label"]: row for row in gate_checks.gate_check_rows(run, list(INITIAL))}
+    assert list(rows) == ["step 1", "step 2", "step 2, edit 1 alone"]  # no "after step N" row: no decision
+    accepted, rejected, alone = rows["step 1"], rows["step 2"], rows["step 2, edit 1 alone"]
+    assert accepted["compared_with_initial"] and accepted["vs_compared"]["delta"] == pytest.approx(0.6)
+    assert accepted["held"] is True  # measurably better than the initial library: confirmed
+    # Against the initial library b is 6 won / 0 lost, a gain a sign-only rule reads as a wrong rejection; the gate
+    # compared it with a, and there it is 0 won / 6 lost (p = 0.031): the rejection is confirmed.
+    assert rejected["compared_with"] == "a" and rejected["vs_compared"]["delta"] == pytest.approx(-0.3)
+    assert (rejected["vs_compared"]["wins"], rejected["vs_compared"]["losses"]) == (0, 6) and rejected["held"] is True
+    # One problem worse is below what the paired test can see: it cannot tell, whatever the sign says.
+    assert alone["vs_compared"]["delta"] == pytest.approx(-0.05) and alone["held"] is None
+    markdown = "\n".join(md.gate_check_sections([{"method": "tfgrpo", "runs": [{"seed": 0, "gate_check": list(
+        rows.values())}]}]))
+    assert "Of 3 decision(s) scored on the held-out rows, 2 confirmed, 0 contradicted, 1 without a measurable" in (
+        markdown)
+
+
+def test_a_decision_whose_comparison_is_not_recorded_is_not_judged_against_the_initial_library():
+    run = _gated_run({"b": HeldOutCheck("step 2", scores=CANDIDATE_B)})
+    old = replace(run, details=replace(run.details, tfgrpo=replace(run.details.tfgrpo, candidates=tuple(
+        replace(c, compared_with=None) for c in run.details.tfgrpo.candidates))))
+    rows = {row["label"]: row for row in gate_checks.gate_check_rows(old, list(INITIAL))}
+    assert rows["step 2"]["vs_compared"] is None and "not recorded" in rows["step 2"]["skipped"]
+
+
+def test_the_held_out_check_scores_the_compared_library_too(tmp_path):
+    """gate_check_stage scores a (what b and c were compared with) and b; c is over the budget; the initial library
+    (none's scores) and the shipped one (the method's own) are not scored again."""
+    libraries = {"i": [], "a": ["When a sum is asked, add."], "b": ["When a sum is asked, add.", "Subtract."],
+                 "c": ["When a sum is asked, add twice."], "shipped": ["lesson a"]}
+    selection = tmp_path / "log" / "selection"
+    selection.mkdir(parents=True)
+    for fingerprint, texts in libraries.items():
+        (selection / f"{fingerprint}.json").write_text(json.dumps(
+            {"library_file": ExperienceLibrary.from_texts(texts).to_dict(include_audit=False)}))
+    budget = presets.Budget(train_n=2, selection_n=1, test_n=3, simba_bsize=2, gate_checks=2, eval_temperature=0.0)
+    split = splits.wordproblems_split(budget, seed=0)
+    gold = {e.question: e.answer for e in split.test}
+
+    def respond(call):
+        return default_reflection(call) or {"reasoning": "r", "answer": gold.get(call.inputs["question"].split(
+            "\n\nRespond with")[0], "0")}
+
+    lm = scripted_lm(respond)
+    saved = list(gate_checks.gate_check_stage(_gated_run({}), split, budget, lm, tmp_path / "log", progress=False))
+    checks = saved[-1].details.held_out_checks
+    assert list(checks) == ["a", "b", "c"] and checks["a"].label == "step 1"
+    assert checks["a"].scores == (1.0, 1.0, 1.0) and checks["b"].scores is not None
+    assert checks["c"].skipped == "gate_checks=2 reached" and "i" not in checks
+    assert sum(1 for c in lm.engine.calls if c.kind == "policy") == 2 * len(split.test)
+
+
+# -- pairing, isolation, presets, methods, conditions ----------------------------------------------------------------
+def _seed_run(seed, scores, error=None):
+    return SeedRun(seed=seed, score=None if error else sum(scores) / len(scores), pass_at_k=None, score_stderr=None,
+                   compile_seconds=1.0, eval_seconds=1.0, usage={"task": Usage(), "reflection": Usage()},
+                   engine_failures=0, added_prompt_tokens=0, eval_prompt_tokens_per_call=None, program_errors=0,
+                   error=error, per_problem=() if error else tuple(ProblemResult(i, s, ("x",))
+                                                                   for i, s in enumerate(scores)))
+
+
+def test_a_method_is_paired_with_none_on_the_compile_seeds_both_evaluated():
+    none = MethodResult("none", "method", (_seed_run(0, [1.0] * 10), _seed_run(1, [0.0] * 10)))
+    method = MethodResult("tfgrpo", "method", (_seed_run(0, [], error="compile: boom"), _seed_run(1, [1.0] * 10)))
+    vs = summary.paired_vs(none, method)
+    assert vs["seeds"] == [1] and vs["base_mean"] == 0.0 and vs["delta"] == 1.0  # none's seed 1, not its mean 0.5
+    rows = summary.result_rows([none, method])
+    assert rows[1]["vs_none"]["seeds"] == [1] and rows[0]["problem_scores"] == [0.5] * 10
+
+
+@pytest.fixture
+def gsm_split(gsm_source):
+    return splits.gsm8k_split(gsm_source, presets.Budget(train_n=4, selection_n=3, test_n=4, simba_bsize=2), seed=0)
+
+
+def test_tfgrpo_and_the_papers_recipe_differ_only_in_the_gate(gsm_split):
+    budget = presets.Budget(train_n=4, selection_n=3, test_n=4, group_size=2, simba_bsize=2)
+    ctx = methods.MethodContext(gsm_split, metering.Roles.of(scripted_lm(GsmScript())), budget, seed=0)
+    with dspy.context(lm=ctx.roles.task):
+        gated, paper = methods.compile_tfgrpo(ctx).details.settings, methods.compile_tfgrpo_paper(ctx).details.settings
+    assert gated["reference_fields"] == paper["reference_fields"] == ["answer", "solution"]
+    differing = {key for key in gated if gated[key] != paper[key]}
+    assert differing <= set(presets.PAPER_RECIPE) and {"gate", "top_k"} <= differing
+
+
+def test_the_tickets_preset_holds_out_300_fresh_tickets():
+    preset = presets.PRESETS["tickets"]
+    assert preset.test_n >= 300 and preset.data_seed >= 1000 and preset.k == 1 and preset.eval_temperature == 0
+    assert preset.methods == presets.HEAD_TO_HEAD
+    split = splits.tickets_split(preset, preset.data_seed)
+    assert (len(split.train), len(split.selection), len(split.test)) == (24, 16, 300)
+    from tfgrpo_dspy.kits.tickets.generator import generate_tickets
+
+    used_before = {e.ticket for e in generate_tickets(300, 0, split="heldout")}  # studies and the demo: seed 0
+    held_out = [e.ticket for e in split.test]
+    assert len(set(held_out)) == 300 and not set(held_out) & used_before
+    assert not set(held_out) & {e.ticket for e in split.train + split.selection}
+    assert split.held_out_rows()[0]["question"] == held_out[0] and split.answer_field == "queue"
+    assert split.reference_fields == ("queue",)
+
+
+def test_the_gsm8k_preset_holds_out_rows_no_earlier_study_held_out(tmp_path):
+    from lessons_study import gsm8k_task
+
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text("".join(json.dumps({"question": f"Q{i}?", "answer": f"w\n#### {i}"}) + "\n" for i in range(400)))
+    preset = presets.PRESETS["gsm8k"]
+    split = splits.gsm8k_split(str(path), preset, seed=preset.data_seed)
+    earlier = splits.gsm8k_split(str(path), replace(preset, held_out_skip=0), seed=0)  # the preset's first run
+    study = {e.question for e in gsm8k_task(str(path), 100, 0).examples}
+    held_out = {e.question for e in split.test}
+    assert len(held_out) == 100 and not held_out & ({e.question for e in earlier.test} | study)
+    assert [e.question for e in split.train + split.selection] == [e.question for e in earlier.train +
+                                                                   earlier.selection]
+
+
+def test_labeled_few_shot_uses_dspys_default_k(gsm_split):
+    assert inspect.signature(dspy.LabeledFewShot.__init__).parameters["k"].default == presets.LABELED_K
+    budget = presets.Budget(train_n=4, selection_n=3, test_n=4, simba_bsize=2)
+    ctx = methods.MethodContext(gsm_split, metering.Roles.of(scripted_lm(GsmScript())), budget, seed=0)
+    compiled = methods.compile_labeled(ctx)
+    assert compiled.details.demos == 4 and compiled.details.settings == {"k": 16}  # every training row, k capped
+
+
+class TimedEngine:
+    def __init__(self, timings):
+        self.timings = timings
+
+    def complete(self, request):
+        from dspy.lm15 import Message, Response, TextPart
+        from dspy.lm15 import Usage as ResponseUsage
+
+        return Response(id=None, model="m", message=Message.assistant([TextPart("one, two")]), finish_reason="stop",
+                        usage=ResponseUsage(input_tokens=30, output_tokens=48, total_tokens=78),
+                        provider_data={"timings": self.timings} if self.timings else None)
+
+
+def test_the_speed_at_start_is_llama_cpps_own_timing_or_a_note():
+    timed = outputs.calibrate(TimedEngine({"predicted_per_second": 4.5, "prompt_per_second": 51.0,
+                                           "predicted_n": 48, "prompt_n": 30}), "local/model")
+    assert (timed["completion_tokens_per_second"], timed["prompt_tokens_per_second"]) == (4.5, 51.0)
+    assert "no llama.cpp timings" in outputs.calibrate(TimedEngine(None), "local/model")["skipped"]
+    lm = scripted_lm(GsmScript())
+    assert "not the embedded model" in outputs.throughput_at_start(lm)["skipped"] and not lm.engine.calls
+    assert "generated 4.5 tokens/s and read 51.0 prompt tokens/s" in md.throughput_sentence(timed)
+    assert "not measured" in md.throughput_sentence({"skipped": "x"})

@@ -1,0 +1,116 @@
+"""The top of the report: what the run learned and why, in sentences drawn from its records.
+
+The pipeline, in order: groups with mixed rewards give the reflection something to compare; it proposes
+lessons; the guard drops the ones that copy the prompt or restate their example; the update turns the
+rest into edits; the selection gate accepts or rejects them; one library ships. The headline names the
+first stage where the lessons ran out; the list below it gives each stage's numbers, and the held-out
+result when the run has one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from tfgrpo_dspy.report.run import Run
+from tfgrpo_dspy.stats import PairedComparison
+
+
+@dataclass(frozen=True)
+class Funnel:
+    """The run's counts at each stage, summed over its steps."""
+
+    steps: int
+    groups: int
+    informative: int
+    reflection_calls: int
+    proposed: int
+    dropped: int
+    applied: int
+    refused: int
+    decisions: tuple[dict[str, Any], ...]  # the candidates the gate decided on (not the "after step N" rows)
+
+    @classmethod
+    def of(cls, run: Run) -> Funnel:
+        def total(key: str) -> int:
+            return sum(int(s.get(key) or 0) for s in run.steps)
+
+        return cls(len(run.steps), total("groups"), total("informative_groups"),
+                   sum(int((s.get("reflection_usage") or {}).get("calls") or 0) for s in run.steps),
+                   total("lessons_proposed"), total("lessons_dropped"), total("ops_applied"), total("ops_refused"),
+                   tuple(c for c in run.candidates if not str(c.get("label", "")).startswith("after step")))
+
+
+def headline(run: Run) -> str:
+    """One sentence: how many lessons shipped, or the stage where they ran out."""
+    f = Funnel.of(run)
+    if not f.steps:
+        return "No step has completed yet: nothing was learned so far."
+    lessons = len(run.library) if run.library is not None else 0
+    unfinished = "" if run.shipped is not None else "So far (the run has not finished): "
+    if lessons and run.shipped is None:
+        return f"{unfinished}{_plural(lessons, 'lesson')} in the last completed step's library."
+    if lessons and not run.shipped.startswith("the initial"):
+        return f"{_plural(lessons, 'lesson')} shipped: {run.shipped}."
+    if f.informative == 0:
+        why = "no group of rollouts had both better and worse answers, so the reflection had nothing to compare"
+    elif f.proposed == 0:
+        why = (f"the reflection proposed none ({_plural(f.reflection_calls, 'reflection call')} on "
+               f"{_plural(f.informative, 'informative group')})")
+    elif f.dropped >= f.proposed:
+        which = "the one proposed lesson" if f.proposed == 1 else f"all {f.proposed} proposed lessons"
+        why = f"the guard dropped {which}" + (f" ({_reasons(run)})" if run.dropped_because else "")
+    elif f.applied == 0:
+        why = "the update turned the proposals into no edit"
+    elif f.decisions and not any(c.get("accepted") for c in f.decisions):
+        why = "the selection gate rejected every edit"
+    else:
+        return f"{unfinished}The starting library shipped ({run.shipped}): no edited library scored better."
+    return f"{unfinished}No lesson was learned: {why}."
+
+
+def stages(run: Run) -> list[str]:
+    """One line per stage of the pipeline, with its numbers (plain text; the page escapes it)."""
+    f = Funnel.of(run)
+    lines = [f"Groups: {f.informative} of {f.groups} had mixed rewards over {_plural(f.steps, 'step')}; only those "
+             "reach the reflection.",
+             f"Proposed: {_plural(f.proposed, 'lesson')}; the guard dropped {f.dropped}"
+             + (f" ({_reasons(run)})." if run.dropped_because else ".")]
+    lines.append(f"Edits: {f.applied} applied to a candidate library, {f.refused} refused by the update.")
+    if not run.manifest.get("selection_size"):
+        lines.append("Gate: none (no selection set): every step's edits were kept.")
+    elif not f.decisions:
+        lines.append("Gate: nothing to decide: no step changed the library.")
+    for c in f.decisions:
+        lines.append(f"Gate, {c.get('label')}: {'accepted' if c.get('accepted') else 'rejected'}, "
+                     f"{c.get('reason') or 'no reason recorded'}.")
+    if run.library is not None:
+        lines.append(f"Shipped: {run.shipped or 'not yet (the run has not finished)'}, "
+                     f"{_plural(len(run.library), 'lesson')}.")
+    held_out = held_out_line(run)
+    if held_out:
+        lines.append(held_out)
+    return lines
+
+
+def held_out_line(run: Run) -> str | None:
+    """The demo's before / after verdict on its held-out examples, when the run directory has one."""
+    record = run.held_out
+    if record is None:
+        return None
+    saved = record["comparison"]
+    try:
+        comparison = PairedComparison(**{f.name: saved[f.name] for f in fields(PairedComparison) if f.name in saved})
+    except TypeError:
+        return None  # a record without the comparison's fields: nothing to say
+    return (f"Held-out ({record.get('task', 'demo')}, {comparison.n} examples, greedy, paired, from demo.json): "
+            f"{100 * comparison.base_mean:.1f}% without the library, {100 * comparison.other_mean:.1f}% with it: "
+            f"{comparison.verdict()}.")
+
+
+def _reasons(run: Run) -> str:
+    return ", ".join(f"{reason} ×{count}" for reason, count in run.dropped_because.most_common())
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
