@@ -434,9 +434,9 @@ def test_make_lm_rejects_bad_specs(spec, kwargs, message):
         make_lm(spec, **kwargs)
 
 
-def test_greedy_requests_go_to_a_one_slot_server():
-    """Batched decoding and reused prefixes change llama.cpp's sums; greedy answers must repeat exactly, so they go
-    to one slot, reusing their prefix only the repeatable way (tests/test_prefix_reuse.py) or not at all."""
+def test_greedy_requests_go_to_a_server_that_serves_one_at_a_time():
+    """Batched decoding and reused prefixes change llama.cpp's sums; greedy answers must repeat exactly, so they are
+    served one at a time, reusing their prefix only the repeatable way (tests/test_prefix_reuse.py) or not at all."""
     servers: dict[ServerSettings, FakeServer] = {}
 
     def factory(settings):
@@ -449,13 +449,14 @@ def test_greedy_requests_go_to_a_one_slot_server():
     with dspy.context(lm=lm.copy(temperature=0.7, rollout_id=1)):
         dspy.Predict("question -> answer")(question="sampled")
     greedy, batched = servers[engine.greedy_settings], servers[engine.settings]
-    assert engine.greedy_settings.n_parallel == 1 and engine.settings.n_parallel == 4
+    assert engine.greedy_settings.repeatable_prefix and engine.settings.n_parallel == 4
     assert [(p.get("max_tokens"), p["cache_prompt"]) for p in greedy.payloads] == [(0, False), (None, True)]
     assert len(batched.payloads) == 1 and "cache_prompt" not in batched.payloads[0]
     no_reuse = LlamaCppEngine(greedy_prefix_reuse=False, registry=ServerRegistry(factory=factory))
     with dspy.context(lm=dspy.LM("local/qwen2.5-coder-1.5b", engine=no_reuse, temperature=0.0, cache=False)):
         dspy.Predict("question -> answer")(question="greedy, whole prompt")
     assert [p["cache_prompt"] for p in servers[no_reuse.greedy_settings].payloads] == [False]
+    assert no_reuse.greedy_settings.n_parallel == 1
     plain = LlamaCppEngine(repeatable_greedy=False, registry=ServerRegistry(factory=factory))
     with dspy.context(lm=dspy.LM("local/qwen2.5-coder-1.5b", engine=plain, temperature=0.0, cache=False)):
         dspy.Predict("question -> answer")(question="greedy, batched")

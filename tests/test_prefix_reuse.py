@@ -10,23 +10,29 @@ import dspy
 import pytest
 
 from tfgrpo_dspy.lm import LlamaCppEngine
+from tfgrpo_dspy.lm.engine import GREEDY_PREFIX_SLOTS
 from tfgrpo_dspy.lm.prefix import RepeatablePrefixServer
 from tfgrpo_dspy.lm.server import ServerRegistry, ServerSettings
 
 
-class LcpSlotServer:
-    """A one-slot server with llama.cpp's prompt-cache rules, whose answers depend on how the KV was computed.
-
-    The prompt is rendered with a ChatML template, one character per token. With ``cache_prompt`` the
-    slot keeps the longest common prefix of its tokens and the new prompt (at least one token is always
-    evaluated), else it starts empty. Every token's KV records the batch that computed it, and the answer
-    is a hash of the prompt and those batches: like llama.cpp's kernels, a token computed in another batch
-    shape changes the answer.
-    """
-
-    def __init__(self, ram_cache: bool = False):
+class Slot:
+    def __init__(self):
         self.tokens: list[str] = []
         self.batches: list[tuple[int, int]] = []
+
+
+class LcpSlotServer:
+    """A server with llama.cpp's prompt-cache rules, whose answers depend on how the KV was computed.
+
+    The prompt is rendered with a ChatML template, one character per token. A request goes to the slot
+    ``id_slot`` names (else slot 0). With ``cache_prompt`` the slot keeps the longest common prefix of its
+    tokens and the new prompt (at least one token is always evaluated), else it starts empty. Every token's
+    KV records the batch that computed it, and the answer is a hash of the prompt and those batches: like
+    llama.cpp's kernels, a token computed in another batch shape changes the answer.
+    """
+
+    def __init__(self, ram_cache: bool = False, slots: int = 1):
+        self.slots = [Slot() for _ in range(slots)]
         # Like llama.cpp's RAM prompt cache: a request may get the saved state of an earlier request.
         self.ram_cache = ram_cache
         self.saved: tuple[list[str], list[tuple[int, int]]] | None = None
@@ -39,22 +45,23 @@ class LcpSlotServer:
 
     def handle_chat_completions(self, payload: dict) -> dict:
         self.payloads.append(payload)
+        slot = self.slots[payload.get("id_slot", 0)]
         prompt = self.render(payload["messages"])
         reused = 0
         if payload.get("cache_prompt", True):
-            reused = self._common(prompt, self.tokens)
+            reused = self._common(prompt, slot.tokens)
             if self.ram_cache and self.saved is not None and self._common(prompt, self.saved[0]) > reused:
-                self.tokens, self.batches = self.saved
-                reused = self._common(prompt, self.tokens)
+                slot.tokens, slot.batches = self.saved
+                reused = self._common(prompt, slot.tokens)
             reused = min(reused, len(prompt) - 1)
-        self.tokens = prompt[:]
-        self.batches = self.batches[:reused] + [(reused, len(prompt))] * (len(prompt) - reused)
-        digest = hashlib.sha256(repr((prompt, self.batches)).encode()).hexdigest()[:8]
+        slot.tokens = prompt[:]
+        slot.batches = slot.batches[:reused] + [(reused, len(prompt))] * (len(prompt) - reused)
+        digest = hashlib.sha256(repr((prompt, slot.batches)).encode()).hexdigest()[:8]
         text = "" if payload.get("max_tokens") == 0 else f"[[ ## answer ## ]]\n{digest}\n\n[[ ## completed ## ]]"
-        self.tokens += list(text)
-        self.batches += [(len(prompt) + i, len(prompt) + i + 1) for i in range(len(text))]
+        slot.tokens += list(text)
+        slot.batches += [(len(prompt) + i, len(prompt) + i + 1) for i in range(len(text))]
         if text:
-            self.saved = (self.tokens[:], self.batches[:])
+            self.saved = (slot.tokens[:], slot.batches[:])
         cache_n = reused
         return {"choices": [{"finish_reason": "stop", "message": {"content": text}}],
                 "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(text),
@@ -101,15 +108,32 @@ def test_the_fake_server_is_history_sensitive_without_the_protocol():
     assert len(answers) > 1
 
 
-def test_an_answer_does_not_depend_on_what_was_served_before():
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_an_answer_does_not_depend_on_what_was_served_before(slots):
     answers = {}
     for name, history in HISTORIES.items():
-        server = RepeatablePrefixServer(LcpSlotServer())
+        server = RepeatablePrefixServer(LcpSlotServer(slots=slots), slots=slots)
         for earlier in history:
             answer(server, earlier)
         answers[name] = answer(server, REQUEST)
         assert answer(server, REQUEST) == answers[name]  # and again, right after itself
     assert len(set(answers.values())) == 1, answers
+
+
+def test_alternating_prefixes_keep_their_slots_and_stay_warm():
+    """Calls whose instructions carry the lesson retrieved for them alternate between prefixes."""
+    inner = LcpSlotServer(slots=2)
+    server = RepeatablePrefixServer(inner, slots=2)
+    lessons = [TASK + " [E1] When a refund is large, route it to payments.", TASK + " [E2] When a card fails, ..."]
+    answers = [answer(server, chat(lessons[i % 2], f"ticket {i}")) for i in range(6)]
+    resets = [p for p in inner.payloads if p.get("max_tokens") == 0]
+    assert [r["cache_prompt"] for r in resets] == [False, False, True, True, True, True]
+    assert [r["id_slot"] for r in resets] == [0, 1, 0, 1, 0, 1]
+    fresh = [answer(RepeatablePrefixServer(LcpSlotServer()), chat(lessons[i % 2], f"ticket {i}")) for i in range(6)]
+    assert answers == fresh  # a one-slot server that evaluates each prefix anew gives the same answers
+    third = answer(server, chat(TASK + " [E3] other", "ticket"))  # evicts the least recently used prefix
+    assert inner.payloads[-2]["id_slot"] == 0 and inner.payloads[-2]["cache_prompt"] is False
+    assert third == answer(RepeatablePrefixServer(LcpSlotServer()), chat(TASK + " [E3] other", "ticket"))
 
 
 def test_the_prefix_is_reused_and_the_reset_evaluates_only_the_last_turn():
@@ -175,8 +199,10 @@ def test_threads_get_the_answers_of_a_serial_run():
 
 def test_engine_sends_greedy_calls_to_a_repeatable_prefix_server():
     made: dict[ServerSettings, LcpSlotServer] = {}
-    engine = LlamaCppEngine(registry=ServerRegistry(factory=lambda s: made.setdefault(s, LcpSlotServer())))
+    engine = LlamaCppEngine(registry=ServerRegistry(factory=lambda s: made.setdefault(s, LcpSlotServer(
+        slots=s.n_parallel))))
     assert engine.greedy_settings.repeatable_prefix and engine.greedy_settings.cache_ram_mib == 0
+    assert engine.greedy_settings.n_parallel == GREEDY_PREFIX_SLOTS
     lm = dspy.LM("local/qwen2.5-coder-1.5b", engine=engine, temperature=0.0, cache=False)
     with dspy.context(lm=lm):
         dspy.Predict("question -> answer")(question="one")
@@ -186,8 +212,8 @@ def test_engine_sends_greedy_calls_to_a_repeatable_prefix_server():
     assert greedy.payloads[2]["cache_prompt"] is True
 
 
-def test_repeatable_prefix_needs_one_slot_and_no_ram_cache():
-    with pytest.raises(ValueError, match="repeatable_prefix needs n_parallel=1"):
+def test_repeatable_prefix_needs_no_ram_cache():
+    with pytest.raises(ValueError, match="repeatable_prefix needs cache_ram_mib=0"):
         ServerSettings(model="qwen2.5-coder-1.5b", n_parallel=4, repeatable_prefix=True)
     with pytest.raises(ValueError, match="cache_ram_mib"):
         ServerSettings(model="qwen2.5-coder-1.5b", cache_ram_mib=-1)

@@ -39,6 +39,10 @@ _FINISH_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_call"
 _SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "frequency_penalty", "presence_penalty")
 # Config fields this engine cannot honour; lm15's contract is to refuse them, not drop them.
 _REFUSED_FIELDS = ("tool_choice", "reasoning", "logprobs", "service_tier", "user_id", "store")
+# Prefixes a greedy server keeps evaluated: calls whose instructions carry the lesson retrieved for them
+# alternate between as many prefixes as lessons. Each slot holds n_ctx tokens of KV cache (the 1.5B model:
+# ~115 MB at 4096).
+GREEDY_PREFIX_SLOTS = 12
 
 
 class LlamaCppEngine:
@@ -48,11 +52,12 @@ class LlamaCppEngine:
     prompt prefixes. Neither is bit-for-bit repeatable: llama.cpp's kernels sum in a different order for
     a different batch shape, so an answer depends on what else was decoding and on what the slot held
     before (measured here: 15 of 100 greedy ticket answers changed between two identical runs). With
-    ``repeatable_greedy`` (the default), greedy requests (temperature 0) go to a second server with one
-    slot, where the same request always gets the same answer: paired comparisons of greedy evaluations
-    then measure the programs, not the server. There, ``greedy_prefix_reuse`` (the default) reuses the
-    KV cache of each request's fixed prefix (the system message: instructions and field formats) in a way
-    that stays repeatable (`tfgrpo_dspy.lm.prefix`); without it every greedy prompt is evaluated whole.
+    ``repeatable_greedy`` (the default), greedy requests (temperature 0) go to a second server that serves
+    them one at a time, where the same request always gets the same answer: paired comparisons of greedy
+    evaluations then measure the programs, not the server. There, ``greedy_prefix_reuse`` (the default)
+    reuses the KV cache of each request's fixed prefix (the system message: instructions, field formats,
+    the lesson shown) in a way that stays repeatable, keeping the last `GREEDY_PREFIX_SLOTS` prefixes
+    (`tfgrpo_dspy.lm.prefix`); without it every greedy prompt is evaluated whole on a one-slot server.
     """
 
     def __init__(
@@ -70,8 +75,8 @@ class LlamaCppEngine:
         self.repeatable_greedy = repeatable_greedy
         self.greedy_prefix_reuse = greedy_prefix_reuse
         # No RAM prompt cache on the greedy server: it would swap in a slot state computed by another request.
-        self.greedy_settings = replace(self.settings, n_parallel=1, cache_ram_mib=0,
-                                       repeatable_prefix=greedy_prefix_reuse)
+        self.greedy_settings = replace(self.settings, n_parallel=GREEDY_PREFIX_SLOTS if greedy_prefix_reuse else 1,
+                                       cache_ram_mib=0, repeatable_prefix=greedy_prefix_reuse)
         self._registry = registry if registry is not None else default_registry()
 
     def complete(self, request: Request) -> Response:

@@ -38,8 +38,8 @@ class ServerSettings:
     n_ctx: int = 4096  # context tokens per sequence
     n_threads: int = 2
     cache_ram_mib: int | None = None  # llama.cpp's RAM prompt cache; None = its default, 0 = off
-    # Serve greedy requests reusing their prefix repeatably (`tfgrpo_dspy.lm.prefix`); needs one slot and
-    # no RAM prompt cache.
+    # Serve requests one at a time, reusing their prefixes repeatably in the n_parallel slots
+    # (`tfgrpo_dspy.lm.prefix`); needs the RAM prompt cache off.
     repeatable_prefix: bool = False
 
     def __post_init__(self) -> None:
@@ -51,8 +51,8 @@ class ServerSettings:
         if self.cache_ram_mib is not None and (isinstance(self.cache_ram_mib, bool)
                                                or not isinstance(self.cache_ram_mib, int) or self.cache_ram_mib < 0):
             raise ValueError(f"cache_ram_mib must be None or an int >= 0, got {self.cache_ram_mib!r}")
-        if self.repeatable_prefix and (self.n_parallel != 1 or self.cache_ram_mib != 0):
-            raise ValueError("repeatable_prefix needs n_parallel=1 and cache_ram_mib=0")
+        if self.repeatable_prefix and self.cache_ram_mib != 0:
+            raise ValueError("repeatable_prefix needs cache_ram_mib=0 (no RAM prompt cache)")
 
 
 def start_llama_server(settings: ServerSettings) -> ChatServer:
@@ -103,7 +103,7 @@ class ServerRegistry:
             if server is None:
                 server = self._factory(settings)
                 if settings.repeatable_prefix:  # one wrapper per server: it tracks what the slot holds
-                    server = RepeatablePrefixServer(server)
+                    server = RepeatablePrefixServer(server, slots=settings.n_parallel)
                 with self._lock:
                     self._servers[settings] = server
         return server
