@@ -55,6 +55,17 @@ ExtractRule = ExtractLesson.with_instructions(
 VARIANTS: dict[str, type[dspy.Signature]] = {"default": ExtractLesson, "rule": ExtractRule}
 
 
+# The pipeline of demos run before these settings existed (2026-12-01): per-group extraction on mixed groups,
+# then the batch update. A newer demo's manifest says its own values.
+EARLIER_PIPELINE = {"failed_groups": False, "induction": False, "verify": False}
+
+
+def replayed_pipeline(log: Path) -> dict:
+    """The demo's own pipeline settings, read from its manifest (the replay must run the same steps)."""
+    settings = json.loads((log / "manifest.json").read_text(encoding="utf-8")).get("settings", {})
+    return {name: settings.get(name, value) for name, value in EARLIER_PIPELINE.items()}
+
+
 def load_reflection_quality() -> Any:
     spec = importlib.util.spec_from_file_location("bench_reflection_quality", BENCHMARKS / "reflection_quality.py")
     module = importlib.util.module_from_spec(spec)
@@ -112,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     optimizer = TrainingFreeGRPO(metric=task.make_metric(None), seed=seed, log_dir=str(args.out / "log"),
                                  seed_rollouts=True, summarize=False, signatures={"extract": VARIANTS[args.variant]},
-                                 **task.train_defaults)
+                                 **{**task.train_defaults, **replayed_pipeline(args.demo / "log")})
     compiled = optimizer.compile(task.make_program(), trainset=trainset, valset=selection)
     result = compiled.tfgrpo_result
     after = evaluate_at_k(compiled, heldout, task.make_metric(None), k=1, temperature=0.0,

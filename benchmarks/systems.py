@@ -205,8 +205,11 @@ def measure_parallel(num_threads: int, *, latency: float, train_n: int, group_si
     """One compile on the fixed-latency engine; wall and process CPU time around ``compile`` only."""
     engine = FixedLatencyEngine(latency)
     lm = dspy.LM("fake/fixed-latency", engine=engine, cache=False, num_retries=0)
+    # The per-group reflection and the batch update: the phases this accounting counts (no induction, no
+    # verification, which the fake engine's scripted answers cannot exercise).
     optimizer = TrainingFreeGRPO(metric=exact_match, group_size=group_size, epochs=epochs, batch_size=batch_size,
-                                 num_threads=num_threads, reflection_lm=lm, progress=False, reflection_retries=0)
+                                 num_threads=num_threads, reflection_lm=lm, progress=False, reflection_retries=0,
+                                 failed_groups=False, induction=False, verify=False)
     program, trainset = dspy.ChainOfThought("question -> answer"), make_trainset(train_n)
     with dspy.context(lm=lm):
         cpu, wall = time.process_time(), time.perf_counter()

@@ -22,7 +22,7 @@ _FIELD = re.compile(r"\[\[ ## (\w+) ## \]\]\n(.*?)(?=\n\n\[\[ ## |\Z)", re.DOTAL
 
 @dataclass
 class Call:
-    kind: str  # "summary", "extract", "update", "shorten", "generalize", "react", "extract_answer" or "policy"
+    kind: str  # "summary", "extract", "induce", "update", "shorten", "generalize", "react", "extract_answer", "policy"
     inputs: dict[str, str]
     system: str
     temperature: float | None
@@ -35,6 +35,8 @@ def classify(system: str) -> str:
         return "summary"
     if "[[ ## lessons ## ]]" in system and "[[ ## attempts ## ]]" in system:
         return "extract"
+    if "[[ ## failures ## ]]" in system and "[[ ## condition ## ]]" in system:
+        return "induce"
     if "[[ ## operations ## ]]" in system:
         return "update"
     if "[[ ## short_lesson ## ]]" in system:
@@ -87,6 +89,12 @@ class ScriptedEngine:
         return [c.kind for c in self.calls]
 
 
+# The per-group reflection and the update step alone, as before lessons were induced and verified: the
+# settings for tests that pin down that pipeline (the update, the gate, resume) with policies that do not read
+# the lessons they are shown.
+UPDATE_PIPELINE = {"verify": False, "induction": False, "failed_groups": False}
+
+
 def scripted_lm(respond: Callable[[Call], dict[str, Any] | Exception], *, cache: bool = False) -> dspy.LM:
     return dspy.LM("scripted/model", engine=ScriptedEngine(respond), cache=cache, num_retries=0)
 
@@ -101,6 +109,8 @@ def default_reflection(call: Call) -> dict[str, Any] | None:
                 "lessons": [{"condition": "a question mixes units", "action": "convert them to one unit first",
                              "replaces": None}],
                 "misleading": [], "useful": []}
+    if call.kind == "induce":
+        return {"condition": "a question mixes units", "action": "convert them to one unit before adding"}
     if call.kind == "generalize":
         return {"general_lesson": "When a problem mixes units, convert them to one unit before computing."}
     if call.kind == "shorten":

@@ -5,7 +5,7 @@ import time
 
 import dspy
 from dspy.lm15 import RateLimitError
-from scripted import ScriptedEngine, default_reflection
+from scripted import UPDATE_PIPELINE, ScriptedEngine, default_reflection
 
 from tfgrpo_dspy import TrainingFreeGRPO
 
@@ -27,7 +27,7 @@ def policy(call):
 
 def optimizer(**kwargs):
     return TrainingFreeGRPO(metric=metric, group_size=2, epochs=1, num_threads=4, seed_rollouts=True,
-                            progress=False, **kwargs)
+                            progress=False, **{**UPDATE_PIPELINE, **kwargs})
 
 
 def test_transient_rate_limits_are_retried_by_the_lm():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import dspy
 import pytest
-from scripted import Call, default_reflection, scripted_lm
+from scripted import UPDATE_PIPELINE, Call, default_reflection, scripted_lm
 
 from tfgrpo_dspy import ExperienceLibrary, TrainingAborted, TrainingFreeGRPO
 from tfgrpo_dspy.injection import BLOCK_START, library_of
@@ -47,7 +47,7 @@ def lm():
 
 
 def optimizer(**kwargs):
-    settings = dict(metric=exact, group_size=4, epochs=2, num_threads=4, progress=False)
+    settings = dict(metric=exact, group_size=4, epochs=2, num_threads=4, progress=False, **UPDATE_PIPELINE)
     return TrainingFreeGRPO(**{**settings, **kwargs})
 
 

@@ -62,16 +62,16 @@ def test_words_common_across_the_training_set_are_vocabulary_not_details():
 
 def test_metadata_never_reaches_the_reflection_or_the_restatement_check():
     """The README's own lesson was flagged as stating the answer 'dozens' (a wordproblems family label)."""
-    from tfgrpo_dspy.phases import RunContext
+    from tfgrpo_dspy.context import example_material
+    from tfgrpo_dspy.reflection import format_reference
 
     example = dspy.Example(question="A box holds 2 dozen eggs; 5 break. How many are left?", answer="19",
                            family="dozens", difficulty="hard").with_inputs("question")
-    ctx = RunContext(settings=None, metric=None, program=None, trainset=[example], reference_fields=("answer",),
-                     reflector=None, guard=None, log=None, ledger=None)
-    assert ctx.reference(0) == "answer: 19"
+    assert format_reference(example, ("answer",)) == "answer: 19"
+    material = example_material(example, ("answer",))
     assert restated_details("When a quantity is given in dozens, convert it to units before subtracting.",
-                            ctx.material(0)) is None
-    assert restated_details("When a fact is hard to find, open the site map first.", ctx.material(0)) is None
+                            material) is None
+    assert restated_details("When a fact is hard to find, open the site map first.", material) is None
 
 
 def test_reference_fields_default_to_the_program_outputs_and_kits_can_add_the_solution():

@@ -162,13 +162,19 @@ def test_the_page_opens_with_what_happened_and_the_held_out_verdict(demo_dir):
     page, _ = write_report(demo_dir / "log")
     text = page.read_text(encoding="utf-8")
     step = json.loads((demo_dir / "log" / "steps" / "0001" / "step.json").read_text())
-    (decision,) = step["candidates"]
-    assert not decision["accepted"] and step["lessons_proposed"] > 0  # what the scripted run did
+    checks = json.loads((demo_dir / "log" / "steps" / "0001" / "checks" / "lessons.json").read_text())["checks"]
+    # What the scripted run did: lessons proposed and induced, none verified (its greedy answers ignore lessons).
+    assert step["lessons_proposed"] > 0 and step["induced_lessons"] > 0
+    assert checks and not any(c["kept"] for c in checks)
     top = text[text.index("<body>"):text.index("<h2>Run</h2>")]
-    assert "No lesson was learned: the selection gate rejected every edit." in top
+    checked = step["lessons_checked"]
+    assert f"No lesson was learned: verification kept none of the {checked} candidate lesson" in top
     assert f"Proposed: {step['lessons_proposed']} lessons; the guard dropped {step['lessons_dropped']}" in top
-    assert html.escape(f"Gate, step 1: rejected, {decision['reason']}.") in top
+    assert f"Verified: 0 of {checked} distinct candidate" in top
+    assert "Gate: nothing to decide: no step changed the library." in top
     assert "Shipped: the initial library (no step changed it), 0 lessons." in top
+    table = text[text.index("<h2>Verification</h2>"):]
+    assert all(html.escape(c["text"]) in table and html.escape(c["reason"]) in table for c in checks)
     demo = json.loads((demo_dir / "demo.json").read_text())
     fields = PairedComparison.__dataclass_fields__
     verdict = PairedComparison(**{k: v for k, v in demo["comparison"].items() if k in fields})
@@ -183,7 +189,8 @@ def test_every_call_is_counted_where_it_was_spent(demo_dir):
     assert calls > 0 and re.search(rf"<td>selection</td><td>the starting library, before step 1</td>"
                                    rf"<td class=\"n\">{calls}</td>", text)
     step = json.loads((demo_dir / "log" / "steps" / "0001" / "step.json").read_text())
-    everything = sum(step[f"{role}_usage"]["calls"] for role in ("policy", "reflection", "selection")) + calls
+    roles = ("policy", "reflection", "verification", "selection")
+    everything = sum(step[f"{role}_usage"]["calls"] for role in roles) + calls
     assert re.search(rf"<td>all</td><td></td><td class=\"n\">{everything}</td>", text)
     demo = json.loads((demo_dir / "demo.json").read_text())
     assert demo["train"]["selection_usage"]["calls"] == step["selection_usage"]["calls"] + calls  # the result agrees

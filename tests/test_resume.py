@@ -13,13 +13,14 @@ from pathlib import Path
 
 import dspy
 import pytest
-from scripted import default_reflection, scripted_lm
+from scripted import UPDATE_PIPELINE, default_reflection, scripted_lm
 
 from tfgrpo_dspy import TrainingFreeGRPO
 
 # seed_rollouts: each rollout gets its own sampling seed, so a redone rollout regenerates the same answer,
 # as a seeded provider would.
-SETTINGS = dict(group_size=4, epochs=2, batch_size=2, num_threads=2, progress=False, seed=7, seed_rollouts=True)
+SETTINGS = dict(group_size=4, epochs=2, batch_size=2, num_threads=2, progress=False, seed=7, seed_rollouts=True,
+                **UPDATE_PIPELINE)
 
 
 class PerQuestion:

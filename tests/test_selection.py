@@ -6,7 +6,7 @@ import threading
 
 import dspy
 import pytest
-from scripted import default_reflection, scripted_lm
+from scripted import UPDATE_PIPELINE, default_reflection, scripted_lm
 
 from tfgrpo_dspy import ExperienceLibrary, TrainingFreeGRPO, with_experiences
 from tfgrpo_dspy.injection import library_of
@@ -67,7 +67,7 @@ def questions(start, n):
 
 def compile_with(policy, *, trainset=None, valset="default", **settings):
     lm = scripted_lm(policy)
-    options = dict(metric=exact, group_size=2, epochs=1, num_threads=1, progress=False, max_words=40)
+    options = dict(metric=exact, group_size=2, epochs=1, num_threads=1, progress=False, max_words=40, **UPDATE_PIPELINE)
     options.update(settings)
     with dspy.context(lm=lm):
         compiled = TrainingFreeGRPO(**options).compile(dspy.Predict("question -> answer"),

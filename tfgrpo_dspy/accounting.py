@@ -1,7 +1,8 @@
 """What a run has spent, by role, and when it must stop: budgets (a clean stop) and errors (an abort).
 
-Roles: "policy" (rollouts), "reflection" (summaries, lessons, updates, rewrites) and "selection"
-(scoring libraries on the selection set). Budgets count everything paid for, including work logged
+Roles: "policy" (rollouts), "reflection" (summaries, lessons, inductions, updates, rewrites),
+"verification" (re-running training examples with a candidate lesson) and "selection" (scoring
+libraries on the selection set). Budgets count everything paid for, including work logged
 by an earlier session of the same run. Errors are judged as a rate: a run aborts once at least
 ``min_errors`` calls failed AND they are ``max_error_rate`` of the calls so far, so a dead server
 stops a run within seconds while a 2% parse-failure rate never does.
@@ -15,7 +16,7 @@ from collections.abc import Callable
 
 from tfgrpo_dspy.usage import Usage
 
-ROLES = ("policy", "reflection", "selection")
+ROLES = ("policy", "reflection", "verification", "selection")
 
 
 class StopRun(Exception):

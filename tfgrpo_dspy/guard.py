@@ -50,7 +50,9 @@ class LessonGuard:
         self.vocabulary = vocabulary
         self.max_words = max_words
         self.generalize = generalize
-        self.prompt_text = reflector.signatures.extract.instructions
+        # The reflection prompts a lesson must not copy: a small model that echoes its prompt has no lesson.
+        self.prompt_text = "\n".join((reflector.signatures.extract.instructions,
+                                      reflector.signatures.induce.instructions))
 
     def problem(self, text: str, materials: Sequence[ExampleMaterial]) -> str | None:
         """Why ``text`` restates one of ``materials``, or None."""

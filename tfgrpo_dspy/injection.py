@@ -23,9 +23,11 @@ even a process without ``tfgrpo_dspy`` shows it; with retrieval it cannot.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +98,22 @@ def relevant_lessons(library: ExperienceLibrary, query: str, k: int | None) -> E
                              max_words=library.max_words, next_id=library.next_id)
 
 
+# The ids of the lessons shown by the calls of the current rollout, when someone is collecting them.
+_SHOWN: contextvars.ContextVar[set[int] | None] = contextvars.ContextVar("tfgrpo_shown_lessons", default=None)
+
+
+@contextlib.contextmanager
+def collect_shown_lessons() -> Iterator[set[int]]:
+    """The ids of every lesson an `ExperiencePredict` shows inside this block (in this thread): what a
+    verification credits a fix to."""
+    shown: set[int] = set()
+    token = _SHOWN.set(shown)
+    try:
+        yield shown
+    finally:
+        _SHOWN.reset(token)
+
+
 def _tokens(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
 
@@ -129,6 +147,9 @@ class ExperiencePredict(dspy.Predict):
         """The signature and inputs of one call: the lessons (all, or the top k for these inputs) in place."""
         query = " ".join(str(v) for v in inputs.values())
         shown = relevant_lessons(self.experience_library, query, self.top_k)
+        collector = _SHOWN.get()
+        if collector is not None:
+            collector.update(shown.ids)
         signature = self.signature.with_instructions(strip_block(self.signature.instructions))
         if not len(shown):
             return signature, inputs

@@ -34,8 +34,9 @@ class LibraryFileError(ValueError):
 
 
 def normalize_text(text: str) -> str:
-    """One line, single spaces: what is rendered is exactly what is stored."""
-    return " ".join(str(text).split())
+    """One line, single spaces, no lone surrogates (an LM may write them; no prompt or file can hold them):
+    what is rendered is exactly what is stored."""
+    return " ".join(str(text).encode("utf-8", "replace").decode("utf-8").split())
 
 
 def word_count(text: str) -> int:

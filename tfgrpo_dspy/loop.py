@@ -13,14 +13,16 @@ import random
 import time
 
 from tfgrpo_dspy.accounting import StopRun
+from tfgrpo_dspy.context import RunContext
 from tfgrpo_dspy.gate import Edit, StepGate, candidate_record
-from tfgrpo_dspy.library import EditOp, ExperienceLibrary
-from tfgrpo_dspy.phases import Phases, RunContext
-from tfgrpo_dspy.reflection import Proposal, RolloutSummary
+from tfgrpo_dspy.library import ApplyReport, EditOp, ExperienceLibrary
+from tfgrpo_dspy.phases import Phases
+from tfgrpo_dspy.reflection import SUCCESS, Proposal, RolloutSummary
 from tfgrpo_dspy.results import Candidate, StepStats, TrainingFreeGRPOResult
 from tfgrpo_dspy.rollouts import GroupOutcome
 from tfgrpo_dspy.selection import Selector
 from tfgrpo_dspy.usage import Usage
+from tfgrpo_dspy.verification import LessonCheck
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +62,7 @@ class StepLoop:
             for stats in self.steps:
                 self.ctx.ledger.add("policy", stats.policy_usage)
                 self.ctx.ledger.add("reflection", stats.reflection_usage)
+                self.ctx.ledger.add("verification", stats.verification_usage)
                 self.ctx.ledger.add("selection", stats.selection_usage)
                 self.candidates += stats.candidates
                 self.end_libraries[stats.step] = log.library_after(stats.step)
@@ -108,15 +111,25 @@ class StepLoop:
         ledger_before = dict(self.ctx.ledger.by_role)
         s, phases = self.ctx.settings, self.phases
         groups = phases.sample(step, self.library, indices)
-        informative = [g for g in groups if g.informative or not s.informative_only]
-        summaries = phases.summarize(step, informative, self.library) if s.summarize else {}
-        proposals = phases.extract(step, informative, summaries, self.library)
-        if proposals and all(p.error for p in proposals):
-            raise StopRun(f"step {step}: every lesson extraction failed ({proposals[0].error}); rerun to redo the "
-                          "step's reflection")
-        self.library.credit(credit_outcomes(informative, summaries, proposals))
+        reflected = [g for g in groups if self.reflects_on(g)]
+        summaries = phases.summarize(step, reflected, self.library) if s.summarize else {}
+        proposals = phases.extract(step, reflected, summaries, self.library)
+        inductions = phases.induce(step, groups) if s.induction and self.ctx.reference_fields is not None else []
+        reflections = [*proposals, *inductions]
+        if reflections and all(r.error for r in reflections):
+            what = "lesson extraction and induction" if inductions else "lesson extraction"
+            raise StopRun(f"step {step}: every {what} failed ({reflections[0].error}); rerun to redo the step's "
+                          "reflection")
+        self.library.credit(credit_outcomes(reflected, summaries, proposals))
         pruned = self.library.prune(margin=s.prune_margin, min_uses=s.min_uses, step=step)
-        candidate, reports, decisions, clusters = phases.update(step, proposals, self.library)
+        checks: list[LessonCheck] = []
+        if self.ctx.verifier is not None:
+            checks = phases.verify(step, proposals, inductions, self.library)
+            candidate = self.library.copy()
+            reports = [add_verified(candidate, checks, step)]
+            decisions, clusters = [], []
+        else:
+            candidate, reports, decisions, clusters = phases.update(step, proposals, self.library)
         edits = [Edit(EditOp(op=e.op, id=e.id, ids=list(e.ids) if e.ids else None, text=e.text, reason=e.reason),
                       candidate[e.result_id].sources if e.result_id in candidate else ())
                  for report in reports for e in report.applied if e.op != "keep"]
@@ -135,29 +148,55 @@ class StepLoop:
             step=step, epoch=epoch, examples=len(indices), rollouts=len(rollouts),
             mean_reward=sum(r.score for r in rollouts if r.scored) / max(sum(r.scored for r in rollouts), 1),
             groups=len(groups), informative_groups=sum(g.informative for g in groups),
+            failed_groups=sum(self.all_failed(g) for g in groups), reflected_groups=len(reflected),
             rollout_errors=sum(r.failed for r in rollouts), metric_errors=sum(r.metric_error is not None
                                                                               for r in rollouts),
             reflection_errors=sum(bool(x.error) for x in [*summaries.values(), *proposals, *decisions]),
             lessons_proposed=sum(p.raw_count for p in proposals), lessons_dropped=sum(len(p.dropped)
                                                                                       for p in proposals),
-            proposal_clusters=len(clusters), ops_applied=len(edits),
+            proposal_clusters=len(clusters), inductions=len(inductions),
+            induced_lessons=sum(i.lesson is not None for i in inductions),
+            induced_dropped=sum(i.dropped_because is not None for i in inductions),
+            lessons_checked=len(checks), lessons_verified=sum(c.kept for c in checks), ops_applied=len(edits),
             ops_refused=sum(len(r.refused) for r in reports) + sum(len(d.refused) for d in decisions),
             gate=outcome.label, pruned=len(pruned.entries), library_size=len(self.library),
             library_tokens=self.library.approx_tokens(), tool_calls=sum(r.tool_calls for r in rollouts),
-            policy_usage=spent["policy"], reflection_usage=spent["reflection"], selection_usage=spent["selection"],
+            policy_usage=spent["policy"], reflection_usage=spent["reflection"],
+            verification_usage=spent["verification"], selection_usage=spent["selection"],
             wall_time_s=round(time.perf_counter() - started, 3), candidates=tuple(outcome.candidates))
         self.steps.append(stats)
         audit = [e.to_dict() for r in reports for e in r.entries] + [e.to_dict() for e in pruned.entries]
         self.ctx.log.finish_step(step, {**stats.to_dict(), "audit": audit}, self.library)
-        logger.info("step %d/%d (epoch %d): reward %.3f, %d/%d groups informative, %d lessons proposed (%d dropped), "
-                    "%d edits, gate: %s; library %d lessons (~%d tokens)", step, total, epoch, stats.mean_reward,
-                    stats.informative_groups, stats.groups, stats.lessons_proposed, stats.lessons_dropped,
-                    stats.ops_applied, stats.gate, stats.library_size, stats.library_tokens)
+        logger.info("step %d/%d (epoch %d): reward %.3f, %d/%d groups informative (%d all failed), %d lessons proposed "
+                    "(%d dropped), %d induced, %d of %d verified, %d edits, gate: %s; library %d lessons (~%d tokens)",
+                    step, total, epoch, stats.mean_reward, stats.informative_groups, stats.groups,
+                    stats.failed_groups, stats.lessons_proposed, stats.lessons_dropped, stats.induced_lessons,
+                    stats.lessons_verified, stats.lessons_checked, stats.ops_applied, stats.gate,
+                    stats.library_size, stats.library_tokens)
+
+    def all_failed(self, group: GroupOutcome) -> bool:
+        """Every scored rollout missed the reference: with labels, the group that most needs a lesson."""
+        return self.ctx.reference_fields is not None and bool(group.rewards) and max(group.rewards) < SUCCESS
+
+    def reflects_on(self, group: GroupOutcome) -> bool:
+        """Whether the group goes to the per-group reflection (summaries and extraction)."""
+        s = self.ctx.settings
+        return group.informative or not s.informative_only or (s.failed_groups and self.all_failed(group))
 
     def _end_candidate(self, step: int) -> Candidate:
         score = self.selector.score(self.library, f"after step {step}")
         return candidate_record(step, f"after step {step}", self.library, score, True,
                                 "the library kept after the step")
+
+
+def add_verified(candidate: ExperienceLibrary, checks: list[LessonCheck], step: int) -> ApplyReport:
+    """Add the verified lessons to ``candidate`` (best net first), each with the examples it came from; the
+    reason of each add is its verification record."""
+    entries = []
+    for check in sorted((c for c in checks if c.kept), key=lambda c: -c.net):
+        op = EditOp(op="add", text=check.text, reason=f"verified: {check.reason}")
+        entries += candidate.apply([op], step=step, sources=check.sources).entries
+    return ApplyReport(tuple(entries))
 
 
 def credit_outcomes(groups: list[GroupOutcome], summaries: dict[tuple[int, int], RolloutSummary],

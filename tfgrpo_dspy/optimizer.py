@@ -1,7 +1,7 @@
 """TrainingFreeGRPO: the DSPy teleprompter that learns an experience library instead of weights.
 
 A thin Teleprompter: it validates its inputs, splits off a selection set, builds the run's parts
-(`tfgrpo_dspy.phases.RunContext`), runs the step loop (`tfgrpo_dspy.loop`) and returns a copy of the
+(`tfgrpo_dspy.context.RunContext`), runs the step loop (`tfgrpo_dspy.loop`) and returns a copy of the
 student that carries the shipped library (the best scored on the selection set; without one, the last
 step's). Every setting lives in `TrainingFreeGRPOSettings`.
 """
@@ -21,12 +21,11 @@ import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
 
 from tfgrpo_dspy.accounting import Ledger, TrainingAborted
-from tfgrpo_dspy.guard import LessonGuard
+from tfgrpo_dspy.context import RunContext
+from tfgrpo_dspy.induction import MIN_SET
 from tfgrpo_dspy.injection import library_of, with_experiences
-from tfgrpo_dspy.lessons import Vocabulary
 from tfgrpo_dspy.library import ExperienceLibrary
 from tfgrpo_dspy.loop import StepLoop
-from tfgrpo_dspy.phases import RunContext
 from tfgrpo_dspy.reflection import ReflectionSignatures, Reflector
 from tfgrpo_dspy.results import RunEstimate
 from tfgrpo_dspy.rollouts import metric_call_arity
@@ -138,17 +137,26 @@ class TrainingFreeGRPO(Teleprompter):
         rollouts = s.epochs * len(trainset) * s.group_size
         groups = s.epochs * len(trainset)
         proposals = groups * s.max_proposals
+        # Every failed example is in at most one induction set of at least induction.MIN_SET.
+        inductions = s.epochs * (len(trainset) // MIN_SET) * s.num_candidates if s.induction else 0
         # A proposal line holds one lesson of at most max_words words; a group may also name a misleading lesson.
         line_chars = 80 + 15 * s.max_words
-        update_calls = steps * math.ceil(batch * (s.max_proposals + 1) * line_chars / s.update_chunk_chars)
+        verified = s.verify and s.ground_truth
+        update_calls = 0 if verified else steps * math.ceil(batch * (s.max_proposals + 1) * line_chars /
+                                                            s.update_chunk_chars)
         # Each proposal and each update text may need one generalize and one shorten rewrite.
-        rewrites = 2 * proposals + 2 * s.max_experiences * update_calls
+        rewrites = 2 * (proposals + inductions) + 2 * s.max_experiences * update_calls
+        # Per step: the current library on every training example, then each candidate on its sources and a batch.
+        candidates = proposals + inductions
+        verification = (steps * len(trainset) + candidates * (s.induction_examples + s.verify_batch)
+                        if verified else 0)
         # Per step: the candidate, single edits with the library they are tried on, the library kept.
         selection_runs = len(selection) * (1 + steps * (2 + 2 * s.gate_budget)) if selection else 0
         return RunEstimate(
             steps=steps, rollouts=rollouts, policy_calls_min=rollouts,
             max_summary_calls=groups * s.group_size if s.summarize else 0, max_extraction_calls=groups,
-            max_update_calls=update_calls, max_rewrite_calls=rewrites, max_selection_calls=selection_runs)
+            max_update_calls=update_calls, max_rewrite_calls=rewrites, max_selection_calls=selection_runs,
+            max_induction_calls=inductions, max_verification_calls=verification)
 
     # -- building a run -----------------------------------------------------------------------------
     def _validate(self, student: Any, trainset: Any, valset: Any) -> tuple[dspy.Module, list, list | None]:
@@ -206,16 +214,8 @@ class TrainingFreeGRPO(Teleprompter):
         reflector = Reflector(self.reflection_lm, signatures=self.signatures, max_retries=s.reflection_retries,
                               timeout=s.call_timeout, max_tokens=s.reflection_max_tokens,
                               max_trajectory_chars=s.max_trajectory_chars)
-        reference_fields = self._reference_fields(program, trainset)
-        ctx = RunContext(settings=s, metric=self.metric, program=program, trainset=trainset,
-                         reference_fields=reference_fields, reflector=reflector, guard=None, log=log,  # type: ignore
-                         ledger=ledger)
-        vocabulary = Vocabulary.of(ctx.material(i) for i in range(len(trainset)))
-        field_names = {f for _, p in program.named_predictors() for f in (*p.signature.input_fields,
-                                                                         *p.signature.output_fields)}
-        ctx.guard = LessonGuard(reflector, vocabulary, max_words=s.max_words, generalize=s.generalize_lessons,
-                                field_names=sorted(field_names))
-        return ctx
+        return RunContext.build(s, self.metric, program, trainset, self._reference_fields(program, trainset),
+                                reflector, log, ledger)
 
     def _reference_fields(self, program: dspy.Module, trainset: list) -> tuple[str, ...] | None:
         """The label fields the reflection sees: the setting, else the labels that are program outputs."""

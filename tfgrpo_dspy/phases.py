@@ -1,11 +1,15 @@
-"""The phases of one step, each parallel and logged: rollouts, summaries, lessons, the update.
+"""The phases of one step, each parallel and logged: rollouts, summaries, lessons, inductions, checks, the update.
 
     sample     G rollouts per example with the current library -> groups (failed rollouts not counted)
-    summarize  one summary per scored rollout of an informative group, checked against the reference
-    extract    one call per informative group -> at most max_proposals lessons, through the guard
+    summarize  one summary per scored rollout of a group that reaches the reflection
+    extract    one call per such group -> at most max_proposals lessons, through the guard
+    induce     several failed examples at once -> num_candidates candidate lessons per set, through the
+               guard (`tfgrpo_dspy.induction`)
+    verify     each candidate re-run greedily on training examples, kept only if it fixes more than it
+               breaks (`tfgrpo_dspy.verification`)
     update     near-duplicate lessons clustered across groups, then update calls in context-sized
                chunks -> edits, through the guard and the delete rules -> a candidate library
-               (`tfgrpo_dspy.update`)
+               (`tfgrpo_dspy.update`); used when lessons are not verified
 
 Every result is written to the run log as soon as it exists and reused on resume; a failed record
 is redone.
@@ -16,70 +20,30 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import dspy
 import tqdm
 
-from tfgrpo_dspy.accounting import Ledger
-from tfgrpo_dspy.guard import LessonGuard
+from tfgrpo_dspy.context import RunContext
+from tfgrpo_dspy.induction import Induction, InductionSet, failures_of, format_failures, induction_sets
 from tfgrpo_dspy.injection import with_experiences
-from tfgrpo_dspy.lessons import ExampleMaterial, LessonCluster, render_lesson
+from tfgrpo_dspy.lessons import LessonCluster, cluster_lessons, render_lesson
 from tfgrpo_dspy.library import ApplyReport, ExperienceLibrary
 from tfgrpo_dspy.parallel import map_in_threads
 from tfgrpo_dspy.reflection import (
     Lesson,
     Proposal,
-    Reflector,
     RolloutSummary,
     UpdateDecision,
-    as_text,
-    format_reference,
 )
 from tfgrpo_dspy.rollouts import GroupOutcome, Rollout, apply_majority_vote, run_rollout
-from tfgrpo_dspy.runlog import RunLog
-from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
 from tfgrpo_dspy.update import UpdatePhase
+from tfgrpo_dspy.verification import CandidateLesson, LessonCheck
 
 logger = logging.getLogger(__name__)
 
 K = TypeVar("K")
 R = TypeVar("R")
-
-
-@dataclass
-class RunContext:
-    """What every phase of a run needs; built once per compile."""
-
-    settings: TrainingFreeGRPOSettings
-    metric: Callable | None
-    program: dspy.Module
-    trainset: list[dspy.Example]
-    reference_fields: tuple[str, ...] | None  # None = no ground truth
-    reflector: Reflector
-    guard: LessonGuard
-    log: RunLog
-    ledger: Ledger
-
-    def task_text(self, index: int) -> str:
-        return as_text(self.trainset[index].inputs().toDict())
-
-    def reference(self, index: int) -> str:
-        return format_reference(self.trainset[index], self.reference_fields)
-
-    def material(self, index: int, group: GroupOutcome | None = None) -> ExampleMaterial:
-        """The example's text, reference answers and worked text (reference solution, attempts' outputs)."""
-        example = self.trainset[index]
-        answers: tuple[str, ...] = ()
-        worked = []
-        if self.reference_fields is not None:
-            labels = example.labels()
-            values = [as_text(labels[name]) for name in self.reference_fields if name in labels]
-            answers, worked = (values[0],), values[1:]
-        if group is not None:
-            worked += [as_text(r.outputs) for r in group.rollouts if r.outputs]
-        return ExampleMaterial(self.task_text(index), answers, " ".join(worked))
 
 
 class Phases:
@@ -92,7 +56,10 @@ class Phases:
     def sample(self, step: int, library: ExperienceLibrary, indices: Sequence[int]) -> list[GroupOutcome]:
         s = self.ctx.settings
         candidate = with_experiences(self.ctx.program, library, s.predictors, placement=s.placement, top_k=s.top_k)
-        jobs = [(i, k) for i in indices for k in range(s.group_size)]
+        # Rounds of num_threads examples: in a round the examples decode together (one slot each), and each
+        # example's next rollout finds its own prompt still in its slot.
+        blocks = [list(indices[b : b + s.num_threads]) for b in range(0, len(indices), s.num_threads)]
+        jobs = [(i, k) for block in blocks for k in range(s.group_size) for i in block]
 
         def rollout(job: tuple[int, int]) -> Rollout:
             i, k = job
@@ -162,6 +129,48 @@ class Phases:
                 lessons.append(Lesson(verdict.text, i, raw.replaces))
         return Proposal(i, difference=extraction.difference, lessons=lessons, misleading=extraction.misleading,
                         useful=extraction.useful, dropped=dropped, raw_count=len(extraction.lessons), usage=usage)
+
+    # -- induce -------------------------------------------------------------------------------------
+    def induce(self, step: int, groups: Sequence[GroupOutcome]) -> list[Induction]:
+        """Sets of failed examples, each sampled num_candidates times (a new draw per step and candidate)."""
+        s = self.ctx.settings
+        sets = induction_sets(failures_of(groups, self.ctx.reference), self.ctx.task_text, s.induction_examples)
+        jobs = [(n, k) for n in range(len(sets)) for k in range(s.num_candidates)]
+        results = self.cached_map(
+            step, "inductions", jobs, lambda job: f"set{job[0] + 1:02d}_d{job[1]}",
+            lambda job: self._induce_one(sets[job[0]], (step - 1) * s.num_candidates + job[1]), Induction,
+            role="reflection", failed=lambda r: r.error is not None, desc=f"step {step} inductions")
+        return [results[job] for job in jobs]
+
+    def _induce_one(self, induction_set: InductionSet, sample: int) -> Induction:
+        ctx, sources = self.ctx, list(induction_set.sources)
+        text = format_failures(induction_set, lambda i: ctx.trainset[i].inputs().toDict())
+        raw, error, usage = ctx.reflector.induce(text, sample, ctx.settings.induction_temperature)
+        if raw is None:
+            return Induction(sources, sample, error=error, usage=usage)
+        lesson = render_lesson(raw.condition, raw.action)
+        written = f"condition: {raw.condition} | action: {raw.action}"
+        if not lesson:
+            return Induction(sources, sample, raw=written, dropped_because="empty part", usage=usage)
+        verdict = ctx.guard.check(lesson, [ctx.material(i) for i in sources])
+        return Induction(sources, sample, lesson=verdict.text, raw=written, dropped_because=verdict.reason
+                         if verdict.text is None else None, usage=usage + verdict.usage)
+
+    # -- verify -------------------------------------------------------------------------------------
+    def verify(self, step: int, proposals: Sequence[Proposal], inductions: Sequence[Induction],
+               library: ExperienceLibrary) -> list[LessonCheck]:
+        """Every distinct candidate of the step (near-duplicates clustered, most supported first), verified."""
+        from_induction = {i.lesson for i in inductions if i.lesson}
+        pairs = [(lesson.text, lesson.source) for p in proposals for lesson in p.lessons]
+        pairs += [(i.lesson, source) for i in inductions if i.lesson for source in i.sources]
+        clusters = sorted(cluster_lessons(pairs), key=lambda c: -c.support)
+        candidates = [CandidateLesson(c.text, "induction" if from_induction & set(c.members) else "extraction",
+                                      tuple(c.sources)) for c in clusters]
+        checks = self.ctx.verifier.check(candidates, library)
+        self.ctx.log.save(step, "checks", "lessons", {"checks": [c.to_dict() for c in checks]})
+        for check in checks:
+            logger.info("verification: %s %s (%s)", "kept" if check.kept else "dropped", check.text, check.reason)
+        return checks
 
     # -- update -------------------------------------------------------------------------------------
     def update(self, step: int, proposals: Sequence[Proposal], library: ExperienceLibrary

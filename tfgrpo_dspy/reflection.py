@@ -21,7 +21,14 @@ from dspy.utils.exceptions import ContextWindowExceededError
 from tfgrpo_dspy.library import EditOp, ExperienceLibrary
 from tfgrpo_dspy.parallel import call_with_timeout
 from tfgrpo_dspy.rollouts import GroupOutcome, Rollout
-from tfgrpo_dspy.signatures import ExtractLesson, GeneralizeLesson, ShortenLesson, SummarizeRollout, UpdateLibrary
+from tfgrpo_dspy.signatures import (
+    ExtractLesson,
+    GeneralizeLesson,
+    InduceLesson,
+    ShortenLesson,
+    SummarizeRollout,
+    UpdateLibrary,
+)
 from tfgrpo_dspy.usage import Usage, UsageRecord, usage_of
 
 logger = logging.getLogger(__name__)
@@ -104,6 +111,7 @@ class ReflectionSignatures:
 
     summarize: type[dspy.Signature] = SummarizeRollout
     extract: type[dspy.Signature] = ExtractLesson
+    induce: type[dspy.Signature] = InduceLesson
     update: type[dspy.Signature] = UpdateLibrary
     generalize: type[dspy.Signature] = GeneralizeLesson
     shorten: type[dspy.Signature] = ShortenLesson
@@ -262,24 +270,30 @@ class Reflector:
         self.max_tokens = max_tokens
         self.max_trajectory_chars = max_trajectory_chars
 
-    def _lm_copy(self, base: dspy.BaseLM, attempt: int) -> dspy.BaseLM:
+    def _lm_copy(self, base: dspy.BaseLM, attempt: int, sample: tuple[int, float] | None = None) -> dspy.BaseLM:
         settings: dict[str, Any] = {}
         own_cap = getattr(base, "kwargs", {}).get("max_tokens")
         if self.max_tokens is not None and (own_cap is None or own_cap > self.max_tokens):
             settings["max_tokens"] = self.max_tokens
-        if attempt:
+        if sample is not None:
+            # Draw number k of a sampled call: its own rollout_id, so draws differ and a rerun gets the same ones.
+            number, temperature = sample
+            settings.update(rollout_id=1000 * (number + 1) + attempt, temperature=temperature)
+        elif attempt:
             # The first attempt may come from DSPy's cache (that is what makes resumed runs free);
             # a retry must be a new sample, hence its own rollout_id and a non-zero temperature.
             settings.update(rollout_id=attempt, temperature=self.retry_temperature)
         return base.copy(**settings)
 
-    def run(self, signature: type[dspy.Signature], **inputs: Any) -> tuple[dspy.Prediction | None, str | None, Usage]:
+    def run(self, signature: type[dspy.Signature], _sample: tuple[int, float] | None = None,
+            **inputs: Any) -> tuple[dspy.Prediction | None, str | None, Usage]:
+        """Run ``signature`` on ``inputs``; ``_sample=(k, temperature)`` makes it draw k of a sampled call."""
         base = self.lm or dspy.settings.lm
         if base is None:
             return None, "no reflection LM: pass reflection_lm= or call dspy.configure(lm=...)", Usage()
         copies, last_error = [], None
         for attempt in range(self.max_retries + 1):
-            lm = self._lm_copy(base, attempt)
+            lm = self._lm_copy(base, attempt, _sample)
             copies.append(lm)
             predictor = dspy.Predict(signature)
             predictor.lm = lm
@@ -345,6 +359,15 @@ class Reflector:
                                      replaces[0] if replaces else None))
         return Extraction(str(prediction.difference or ""), lessons, parse_ids(prediction.misleading, library),
                           parse_ids(getattr(prediction, "useful", None), library)), None, usage
+
+    def induce(self, failures_text: str, sample: int, temperature: float) -> tuple[RawLesson | None, str | None, Usage]:
+        """One candidate rule for several failed inputs; ``sample`` numbers the draws of one induction, so
+        each is a new sample at ``temperature`` (its own rollout id), not a cache hit of the first."""
+        prediction, error, usage = self.run(self.signatures.induce, failures=failures_text,
+                                            _sample=(sample, temperature))
+        if prediction is None:
+            return None, error, usage
+        return RawLesson(str(prediction.condition or ""), str(prediction.action or "")), None, usage
 
     def decide(self, proposals_text: str, library: ExperienceLibrary) -> tuple[list[EditOp], str | None, Usage]:
         prediction, error, usage = self.run(

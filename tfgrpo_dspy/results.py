@@ -9,7 +9,7 @@ from typing import Any
 from tfgrpo_dspy.library import ExperienceLibrary
 from tfgrpo_dspy.usage import Usage
 
-_USAGE_FIELDS = ("policy_usage", "reflection_usage", "selection_usage")
+_USAGE_FIELDS = ("policy_usage", "reflection_usage", "verification_usage", "selection_usage")
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class StepStats:
     reflection_errors: int
     lessons_proposed: int  # by the extraction, before the guard
     lessons_dropped: int  # by the guard (restated their example, or too long)
-    proposal_clusters: int  # distinct lessons after clustering near-duplicates
+    proposal_clusters: int  # distinct lessons after clustering near-duplicates (the update's input)
     ops_applied: int
     ops_refused: int
     gate: str  # "accepted", "rejected", "partly accepted", "no change", "not gated"
@@ -81,6 +81,14 @@ class StepStats:
     selection_usage: Usage
     wall_time_s: float
     candidates: tuple[Candidate, ...] = ()
+    failed_groups: int = 0  # groups whose scored rollouts all failed
+    reflected_groups: int = 0  # groups that went to the per-group reflection
+    inductions: int = 0  # induction draws (sets of failures x num_candidates)
+    induced_lessons: int = 0  # draws that gave a lesson the guard passed
+    induced_dropped: int = 0  # draws whose lesson the guard dropped
+    lessons_checked: int = 0  # distinct candidates verified on training examples
+    lessons_verified: int = 0  # ... that fixed more than they broke, by the margin
+    verification_usage: Usage = field(default_factory=Usage)
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -127,6 +135,10 @@ class TrainingFreeGRPOResult:
     def selection_usage(self) -> Usage:
         return self.initial_usage + Usage.total(s.selection_usage for s in self.steps)
 
+    @property
+    def verification_usage(self) -> Usage:
+        return Usage.total(s.verification_usage for s in self.steps)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "library": self.library.to_dict(include_audit=False),
@@ -138,6 +150,7 @@ class TrainingFreeGRPOResult:
             "log_dir": self.log_dir,
             "policy_usage": self.policy_usage.to_dict(),
             "reflection_usage": self.reflection_usage.to_dict(),
+            "verification_usage": self.verification_usage.to_dict(),
             "selection_usage": self.selection_usage.to_dict(),
         }
 
@@ -154,10 +167,13 @@ class RunEstimate:
     max_update_calls: int
     max_rewrite_calls: int  # generalize and shorten, for proposals and update texts
     max_selection_calls: int
+    max_induction_calls: int = 0
+    max_verification_calls: int = 0  # training examples re-run greedily to verify candidate lessons
 
     @property
     def max_reflection_calls(self) -> int:
-        return self.max_summary_calls + self.max_extraction_calls + self.max_update_calls + self.max_rewrite_calls
+        return (self.max_summary_calls + self.max_extraction_calls + self.max_induction_calls + self.max_update_calls
+                + self.max_rewrite_calls)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "max_reflection_calls": self.max_reflection_calls}
@@ -167,6 +183,7 @@ class RunEstimate:
             f"{self.steps} steps, {self.rollouts} rollouts (>= {self.policy_calls_min} policy LM calls; "
             "more for multi-step programs such as ReAct), at most "
             f"{self.max_reflection_calls} reflection calls ({self.max_summary_calls} summaries, "
-            f"{self.max_extraction_calls} extractions, {self.max_update_calls} updates, {self.max_rewrite_calls} "
-            f"rewrites) and {self.max_selection_calls} selection-set program runs; retries not counted"
+            f"{self.max_extraction_calls} extractions, {self.max_induction_calls} inductions, {self.max_update_calls} "
+            f"updates, {self.max_rewrite_calls} rewrites), {self.max_verification_calls} verification runs of "
+            f"training examples and {self.max_selection_calls} selection-set program runs; retries not counted"
         )

@@ -7,9 +7,12 @@ Layout (plain JSON a person can read; every file written atomically):
     library.json                          the library after the last completed step
     shipped.json                          the library compile returned (the best scored) and its step
     selection/<fingerprint>.json          one library's per-example scores on the selection set
+    verification/<fingerprint>.json       one library's greedy runs of training examples: score, lessons shown
     steps/0003/rollouts/ex0012_s4.json    one rollout: inputs, outputs, trace, score, usage
     steps/0003/summaries/ex0012_s4.json   one rollout summary
     steps/0003/proposals/ex0012.json      one group's proposed lessons (and what the guard dropped)
+    steps/0003/inductions/set02_d1.json   one draw of one induction over several failures (after the guard)
+    steps/0003/checks/lessons.json        each candidate lesson's verification: fixes, breaks, kept or why not
     steps/0003/updates/chunk01.json       one update call's decided edits
     steps/0003/step.json                  the step's statistics, gate decision and audit entries
     steps/0003/library.json               the library after the step
@@ -126,6 +129,15 @@ class RunLog:
         if self.root is not None:
             write_json_atomic(self.root / "selection" / f"{fingerprint}.json", payload)
 
+    def load_trials(self, fingerprint: str) -> dict[str, Any] | None:
+        if self.root is None:
+            return None
+        return self.load_file(self.root / "verification" / f"{fingerprint}.json")
+
+    def save_trials(self, fingerprint: str, payload: dict[str, Any]) -> None:
+        if self.root is not None:
+            write_json_atomic(self.root / "verification" / f"{fingerprint}.json", payload)
+
     def state(self) -> dict[str, Any]:
         if self.root is None or not (self.root / "state.json").exists():
             return {}
@@ -165,7 +177,8 @@ class RunLog:
         return self._step_dir(step) / "step.json"
 
     def record_paths(self, kind: str) -> list[Path]:
-        """Every step's records of one kind ("rollouts", "summaries", "proposals", "updates"), in step order."""
+        """Every step's records of one kind ("rollouts", "summaries", "proposals", "inductions", "checks",
+        "updates"), in step order."""
         return sorted(self._root().glob(f"steps/*/{kind}/*.json"))
 
     def selection_paths(self) -> list[Path]:

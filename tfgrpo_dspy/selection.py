@@ -54,6 +54,13 @@ class GateDecision:
     reason: str
 
 
+def library_fingerprint(library: ExperienceLibrary, settings: TrainingFreeGRPOSettings, temperature: float) -> str:
+    """Same lessons, placement and decoding -> same fingerprint (counters and audit do not matter)."""
+    s = settings
+    key = f"{library.render()}\n{s.placement}\n{s.top_k}\n{s.predictors}\n{temperature}"
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]  # an LM may write lone surrogates
+
+
 class Selector:
     """Scores libraries on the selection examples and decides whether a candidate replaces the current one."""
 
@@ -75,10 +82,7 @@ class Selector:
         self._scores: dict[str, LibraryScore] = {}
 
     def fingerprint(self, library: ExperienceLibrary) -> str:
-        """Same lessons, placement and decoding -> same fingerprint (counters and audit do not matter)."""
-        s = self.settings
-        key = f"{library.render()}\n{s.placement}\n{s.top_k}\n{s.predictors}\n{s.selection_temperature}"
-        return hashlib.sha256(key.encode()).hexdigest()[:16]
+        return library_fingerprint(library, self.settings, self.settings.selection_temperature)
 
     def score(self, library: ExperienceLibrary, label: str) -> LibraryScore:
         fingerprint = self.fingerprint(library)

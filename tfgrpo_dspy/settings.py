@@ -46,7 +46,10 @@ class TrainingFreeGRPOSettings:
     reference_fields: tuple[str, ...] | None = setting(
         None, "label fields the reflection sees as the reference (e.g. ('answer', 'solution')); None = the labels "
         "that are also output fields of the program. Other labels (metadata) never reach the reflection")
-    informative_only: bool = setting(True, "only groups with mixed rewards (std > 0) reach the reflection")
+    informative_only: bool = setting(True, "only groups with mixed rewards (std > 0) reach the per-group reflection "
+                                     "(and, with failed_groups, those whose rollouts all failed); False = every group")
+    failed_groups: bool = setting(True, "with ground truth, a group whose rollouts all failed reaches the per-group "
+                                  "reflection too, compared with its reference (False = the paper's filter)")
     failure_score: float = setting(0.0, "reward recorded for a rollout that crashed or whose metric failed; "
                                    "such rollouts never count in a group's statistics")
     # -- the library -------------------------------------------------------------------------------
@@ -67,6 +70,17 @@ class TrainingFreeGRPOSettings:
                                "called misleading or one with a harmful record", minimum=0)
     generalize_lessons: bool = setting(True, "a lesson that restates its example (rare numbers, names, a copied "
                                        "clause, its answer) gets one rewrite into the general strategy, or is dropped")
+    induction: bool = setting(True, "reflection calls that see several failed training examples at once (same "
+                              "reference, else nearest inputs) and propose a rule that would fix them all")
+    induction_examples: int = setting(4, "most failed examples one induction call sees (at least 3)", minimum=3)
+    num_candidates: int = setting(3, "candidate lessons sampled per induction, each a new draw", minimum=1)
+    induction_temperature: float = setting(0.9, "sampling temperature of the induction draws", minimum=0)
+    verify: bool = setting(True, "keep a proposed lesson only if re-running the policy greedily on training examples "
+                           "with it fixes more than it breaks (see verify_margin); False = the update step decides")
+    verify_margin: int = setting(2, "fixes minus breaks (training examples where the lesson was shown) a lesson needs",
+                                 minimum=1)
+    verify_batch: int = setting(12, "other training examples a lesson is tried on once it fixed one it came from",
+                                minimum=0)
     max_trajectory_chars: int | None = setting(8000, "most characters of trajectory one reflection call reads "
                                                "(about 2k tokens, for a 4k context); None = no limit", minimum=1)
     update_chunk_chars: int = setting(6000, "most characters of proposals one update call reads; more proposals "

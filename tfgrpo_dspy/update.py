@@ -12,14 +12,12 @@ are logged per chunk and reused on resume.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from tfgrpo_dspy.context import RunContext
 from tfgrpo_dspy.lessons import LessonCluster, cluster_lessons, similarity
 from tfgrpo_dspy.library import APPLY_ORDER, ApplyReport, EditOp, ExperienceLibrary
 from tfgrpo_dspy.reflection import Proposal, UpdateDecision
-
-if TYPE_CHECKING:
-    from tfgrpo_dspy.phases import RunContext
 
 
 class UpdatePhase:

@@ -120,14 +120,14 @@ class TfgrpoRun:
     steps: int
     informative_groups: int
     stopped_reason: str | None
-    self_reported_usage: Mapping[str, Usage]  # policy (rollouts), reflection, selection
+    self_reported_usage: Mapping[str, Usage]  # policy (rollouts), reflection, verification, selection
 
     @classmethod
     def of(cls, result: TrainingFreeGRPOResult) -> TfgrpoRun:
         return cls(result.best_step, result.selection_size, tuple(result.candidates), len(result.steps),
                    sum(s.informative_groups for s in result.steps), result.stopped_reason,
                    {"policy": result.policy_usage, "reflection": result.reflection_usage,
-                    "selection": result.selection_usage})
+                    "verification": result.verification_usage, "selection": result.selection_usage})
 
     def to_dict(self) -> dict[str, Any]:
         return {"best_step": self.best_step, "selection_size": self.selection_size,

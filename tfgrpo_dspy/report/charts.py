@@ -15,7 +15,7 @@ from typing import Any
 
 from tfgrpo_dspy.report.run import Run
 
-ROLES = ("policy", "reflection", "selection")
+ROLES = ("policy", "reflection", "verification", "selection")
 
 
 @dataclass(frozen=True)

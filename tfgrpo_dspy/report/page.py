@@ -163,6 +163,25 @@ def _candidates_table(run: Run) -> str:
             f"{esc(run.shipped or 'the run has not finished')}.</p>{_table(headers, rows)}")
 
 
+def _checks_table(run: Run) -> str:
+    if not run.checks:
+        return ""
+    rows = [(c.get("step"), c.get("text"), c.get("origin"), len(c.get("sources") or []), len(c.get("tried") or []),
+             len(c.get("shown") or []), _examples(c.get("fixes")), _examples(c.get("breaks")), c.get("net"),
+             _status("kept" if c.get("kept") else "dropped", bool(c.get("kept"))), c.get("reason"))
+            for c in run.checks]
+    headers = ("step", "candidate lesson", "from", "sources", "tried", "shown", "fixed (examples)",
+               "broke (examples)", "net", "verdict", "why")
+    return ("<h2>Verification</h2><p>Each candidate added to the library of its step and run greedily on training "
+            "examples, paired with that library alone; a fix or break counts only where the lesson was shown.</p>"
+            f"{_table(headers, rows)}")
+
+
+def _examples(indices: Any) -> str:
+    indices = list(indices or [])
+    return f"{len(indices)}" + (f" ({', '.join(f'#{i}' for i in indices)})" if indices else "")
+
+
 def _source_item(run: Run, index: int) -> str:
     inputs = run.inputs.get(index)
     if inputs is None:
@@ -225,7 +244,7 @@ def render_html(run: Run, charts: Charts) -> str:
     """The whole page; the charts' PNG is embedded so the file stands alone."""
     audit = _audit(run)
     parts = [f"<h1>Training-Free GRPO run: {esc(run.name)}</h1>", _verdict(run), _header(run), _totals(run),
-             _charts(charts), _steps_table(run), _candidates_table(run), _lessons(run, audit),
+             _charts(charts), _steps_table(run), _checks_table(run), _candidates_table(run), _lessons(run, audit),
              _other_edits(run, audit)]
     return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
             f'content="width=device-width, initial-scale=1"><title>tfgrpo run {esc(run.name)}</title>'

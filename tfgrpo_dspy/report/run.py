@@ -52,6 +52,7 @@ class Run:
     dropped_because: Counter[str]  # why the guard dropped proposed lessons, by kind of reason
     initial: InitialScoring | None  # the starting library's selection scoring, when one was recorded
     held_out: dict[str, Any] | None  # the demo's record beside the log: before / after and their comparison
+    checks: list[dict[str, Any]]  # every candidate lesson's verification record (step added), in step order
 
     @property
     def candidates(self) -> list[dict[str, Any]]:
@@ -102,7 +103,7 @@ def load_run(run_dir: str | Path) -> Run:
     return Run(root, f"{resolved.parent.name}/{resolved.name}" if resolved.name == "log" else resolved.name,
                time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(written.stat().st_mtime)), manifest, state, steps,
                library, origin, shipped, _example_inputs(log), _proposal_sources(proposals), _drop_reasons(proposals),
-               _initial_scoring(log), _held_out(resolved))
+               _initial_scoring(log), _held_out(resolved), _checks(log))
 
 
 def _final_library(log: RunLog, steps: list[dict[str, Any]]) -> tuple[ExperienceLibrary | None, str, str | None]:
@@ -147,6 +148,15 @@ def _drop_reasons(proposals: list[dict[str, Any]]) -> Counter[str]:
     """The guard's reasons, by kind: "copies the reflection prompt: 'turn every'" counts as its part before ':'."""
     return Counter(str(d.get("dropped_because") or "no reason recorded").split(":")[0].strip()
                    for record in proposals for d in record.get("dropped") or [] if isinstance(d, dict))
+
+
+def _checks(log: RunLog) -> list[dict[str, Any]]:
+    checks = []
+    for path in log.record_paths("checks"):
+        for record in _optional_records([path]):
+            step = int(path.parent.parent.name)
+            checks += [{**c, "step": step} for c in record.get("checks") or [] if isinstance(c, dict)]
+    return checks
 
 
 def _initial_scoring(log: RunLog) -> InitialScoring | None:

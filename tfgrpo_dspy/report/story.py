@@ -1,8 +1,10 @@
 """The top of the report: what the run learned and why, in sentences drawn from its records.
 
-The pipeline, in order: groups with mixed rewards give the reflection something to compare; it proposes
-lessons; the guard drops the ones that copy the prompt or restate their example; the update turns the
-rest into edits; the selection gate accepts or rejects them; one library ships. The headline names the
+The pipeline, in order: groups with mixed rewards (and, with labels, groups that all failed) reach the
+reflection, and sets of failed examples reach the induction; they propose lessons; the guard drops the
+ones that copy the prompt or restate their example; the rest are verified by re-running training
+examples (or, without verification, the update turns them into edits); the selection gate accepts or
+rejects the edits; one library ships. The headline names the
 first stage where the lessons ran out; the list below it gives each stage's numbers, and the held-out
 result when the run has one.
 """
@@ -28,6 +30,12 @@ class Funnel:
     dropped: int
     applied: int
     refused: int
+    failed: int  # groups whose rollouts all failed
+    reflected: int  # groups that reached the per-group reflection
+    induced: int  # induction draws that gave a lesson the guard passed
+    inductions: int
+    checked: int  # candidates verified on training examples
+    verified: int  # ... and kept
     decisions: tuple[dict[str, Any], ...]  # the candidates the gate decided on (not the "after step N" rows)
 
     @classmethod
@@ -38,6 +46,8 @@ class Funnel:
         return cls(len(run.steps), total("groups"), total("informative_groups"),
                    sum(int((s.get("reflection_usage") or {}).get("calls") or 0) for s in run.steps),
                    total("lessons_proposed"), total("lessons_dropped"), total("ops_applied"), total("ops_refused"),
+                   total("failed_groups"), total("reflected_groups"), total("induced_lessons"), total("inductions"),
+                   total("lessons_checked"), total("lessons_verified"),
                    tuple(c for c in run.candidates if not str(c.get("label", "")).startswith("after step")))
 
 
@@ -52,12 +62,15 @@ def headline(run: Run) -> str:
         return f"{unfinished}{_plural(lessons, 'lesson')} in the last completed step's library."
     if lessons and not run.shipped.startswith("the initial"):
         return f"{_plural(lessons, 'lesson')} shipped: {run.shipped}."
-    if f.informative == 0:
+    if f.informative == 0 and f.inductions == 0 and f.reflected == 0:
         why = "no group of rollouts had both better and worse answers, so the reflection had nothing to compare"
-    elif f.proposed == 0:
+    elif f.checked and not f.verified:
+        why = (f"verification kept none of the {_plural(f.checked, 'candidate lesson')} (each re-run on training "
+               "examples fixed too few or broke as many)")
+    elif f.proposed == 0 and f.induced == 0:
         why = (f"the reflection proposed none ({_plural(f.reflection_calls, 'reflection call')} on "
                f"{_plural(f.informative, 'informative group')})")
-    elif f.dropped >= f.proposed:
+    elif f.dropped >= f.proposed and f.induced == 0:
         which = "the one proposed lesson" if f.proposed == 1 else f"all {f.proposed} proposed lessons"
         why = f"the guard dropped {which}" + (f" ({_reasons(run)})" if run.dropped_because else "")
     elif f.applied == 0:
@@ -72,11 +85,17 @@ def headline(run: Run) -> str:
 def stages(run: Run) -> list[str]:
     """One line per stage of the pipeline, with its numbers (plain text; the page escapes it)."""
     f = Funnel.of(run)
-    lines = [f"Groups: {f.informative} of {f.groups} had mixed rewards over {_plural(f.steps, 'step')}; only those "
-             "reach the reflection.",
+    lines = [f"Groups: {f.informative} of {f.groups} had mixed rewards and {f.failed} all failed over "
+             f"{_plural(f.steps, 'step')}; {f.reflected} reached the per-group reflection.",
              f"Proposed: {_plural(f.proposed, 'lesson')}; the guard dropped {f.dropped}"
              + (f" ({_reasons(run)})." if run.dropped_because else ".")]
-    lines.append(f"Edits: {f.applied} applied to a candidate library, {f.refused} refused by the update.")
+    if f.inductions:
+        lines.append(f"Induced: {f.induced} of {_plural(f.inductions, 'draw')} over sets of failed examples gave a "
+                     "lesson the guard passed.")
+    if f.checked:
+        lines.append(f"Verified: {f.verified} of {_plural(f.checked, 'distinct candidate')} fixed more training "
+                     "examples than they broke, by the margin (see Verification).")
+    lines.append(f"Edits: {f.applied} applied to a candidate library, {f.refused} refused.")
     if not run.manifest.get("selection_size"):
         lines.append("Gate: none (no selection set): every step's edits were kept.")
     elif not f.decisions:

@@ -1,0 +1,195 @@
+"""Lessons the run finds from failures and keeps only when a re-run proves them (issue 27), on scripted LMs.
+
+The scripted policy routes "refund" questions to "payments" only when a lesson it is shown says so, and sends
+everything to "payments" when shown a lesson that says "every input"; otherwise it answers "general". So a true
+rule fixes the refund questions, and the spurious one fixes them too but breaks every other question.
+"""
+
+from __future__ import annotations
+
+import dspy
+import pytest
+from scripted import Call, default_reflection, scripted_lm
+
+from tfgrpo_dspy import ExperienceLibrary, TrainingFreeGRPO
+from tfgrpo_dspy.accounting import Ledger
+from tfgrpo_dspy.injection import BLOCK_START
+from tfgrpo_dspy.runlog import RunLog
+from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
+from tfgrpo_dspy.verification import CandidateLesson, Verifier
+
+GOOD = "When the question asks for a refund, answer payments."
+SPURIOUS = "When every input arrives, answer payments."
+
+
+def exact(example, prediction, trace=None):
+    return float(str(prediction.answer).strip() == example.answer)
+
+
+def questions(start: int, refunds: int, others: int) -> list[dspy.Example]:
+    rows = [(f"Route this: I want a refund for order {start + i}.", "payments") for i in range(refunds)]
+    rows += [(f"Route this: a question about opening hours {start + i}.", "general") for i in range(others)]
+    return [dspy.Example(question=q, answer=a).with_inputs("question") for q, a in rows]
+
+
+def shown_lessons(call: Call) -> str:
+    return call.system.split(BLOCK_START, 1)[1] if BLOCK_START in call.system else ""
+
+
+class Router:
+    """The scripted LM: policy as described above; reflection proposes the spurious rule per group and the
+    induction over several failures writes the true one."""
+
+    def __init__(self) -> None:
+        self.inductions: list[str] = []
+
+    def __call__(self, call: Call):
+        if call.kind == "extract":
+            return {"difference": "all answered general", "lessons": [
+                {"condition": "every input arrives", "action": "answer payments", "replaces": None}],
+                "misleading": [], "useful": []}
+        if call.kind == "induce":
+            self.inductions.append(call.inputs["failures"])
+            return {"condition": "the question asks for a refund", "action": "answer payments"}
+        reply = default_reflection(call)
+        if reply is not None:
+            return reply
+        lessons = shown_lessons(call)
+        if "every input" in lessons:
+            return {"answer": "payments"}
+        if "refund" in lessons and "refund" in call.inputs["question"]:
+            return {"answer": "payments"}
+        return {"answer": "general"}
+
+
+def compile_router(router: Router, trainset: list[dspy.Example], valset: list[dspy.Example] | None = None,
+                   **settings):
+    options = dict(metric=exact, group_size=2, epochs=1, num_threads=1, progress=False, verify_batch=8)
+    options.update(settings)
+    optimizer = TrainingFreeGRPO(**options)
+    with dspy.context(lm=scripted_lm(router)):
+        compiled = optimizer.compile(dspy.Predict("question -> answer"), trainset=trainset, valset=valset)
+    return compiled, optimizer
+
+
+def test_all_failed_groups_reach_the_reflection_and_the_induction():
+    router = Router()
+    compiled, _ = compile_router(router, questions(0, 4, 4), valset=questions(100, 2, 2))
+    (step,) = compiled.tfgrpo_result.steps
+    assert step.informative_groups == 0 and step.failed_groups == 4  # the refund groups: every rollout wrong
+    assert step.reflected_groups == 4 and step.lessons_proposed == 4  # each got its per-group comparison
+    (shown,) = set(router.inductions)  # one set of the four failures sharing their reference, 3 draws
+    assert len(router.inductions) == 3 and shown.count("### Input") == 4
+    assert "All of these inputs have the same correct answer: answer: payments" in shown
+    assert "The program answered (wrong): answer: general" in shown
+
+
+def test_the_papers_filter_keeps_all_failed_groups_out_of_the_per_group_reflection():
+    compiled, _ = compile_router(Router(), questions(0, 4, 4), valset=questions(100, 2, 2), failed_groups=False)
+    (step,) = compiled.tfgrpo_result.steps
+    assert step.failed_groups == 4 and step.reflected_groups == 0 and step.lessons_proposed == 0
+
+
+def test_a_lesson_that_fixes_is_kept_and_one_that_breaks_more_than_it_fixes_is_dropped(tmp_path):
+    compiled, _ = compile_router(Router(), questions(0, 4, 4), valset=questions(100, 2, 2), log_dir=tmp_path)
+    (step,) = compiled.tfgrpo_result.steps
+    assert step.lessons_checked == 2 and step.lessons_verified == 1
+    assert compiled.experience_library.texts == [GOOD]
+    checks = {c["text"]: c for c in RunLog(tmp_path).load(1, "checks", "lessons")["checks"]}
+    good, spurious = checks[GOOD], checks[SPURIOUS]
+    assert good["kept"] and good["fixes"] == [0, 1, 2, 3] and good["breaks"] == [] and good["origin"] == "induction"
+    assert not spurious["kept"] and spurious["fixes"] == [0, 1, 2, 3] and spurious["breaks"] == [4, 5, 6, 7]
+    assert "needs +2 and fewer breaks than fixes" in spurious["reason"]
+    # The kept lesson's add says why, and the gate then judged the step's library on the selection set.
+    (add,) = [e for e in compiled.experience_library.audit_log if e.op == "add"]
+    assert add.reason.startswith("verified: 4 fixed / 0 broken") and step.gate == "accepted"
+
+
+def test_a_candidate_that_fixes_none_of_its_sources_costs_no_batch():
+    class Stubborn(Router):
+        def __call__(self, call):
+            if call.kind == "induce":
+                return {"condition": "the weather is fine", "action": "answer sunshine"}
+            reply = super().__call__(call)
+            return {"answer": "general"} if "answer" in reply else reply
+
+    compiled, _ = compile_router(Stubborn(), questions(0, 4, 4), valset=questions(100, 2, 2), verify_batch=4,
+                                 failed_groups=False)
+    (step,) = compiled.tfgrpo_result.steps
+    assert step.lessons_checked == 1 and step.lessons_verified == 0
+    # 8 baseline runs, then the 4 sources only: the batch is never run for a lesson that fixes none of them.
+    assert step.verification_usage.calls == 8 + 4
+
+
+def test_a_fix_counts_only_where_retrieval_showed_the_lesson():
+    trainset = questions(0, 3, 0) + [dspy.Example(question=f"Route this: my login fails {i}.", answer="accounts")
+                                     .with_inputs("question") for i in range(3)]
+    library = ExperienceLibrary.from_texts(["When a login fails, answer accounts."])
+    settings = TrainingFreeGRPOSettings(top_k=1, verify_batch=6, num_threads=1, progress=False)
+
+    def policy(call):
+        lessons = shown_lessons(call)
+        if "login" in lessons and "login" in call.inputs["question"]:
+            return {"answer": "accounts"}
+        return {"answer": "payments" if "refund" in lessons else "general"}
+
+    ledger = Ledger()
+    verifier = Verifier(dspy.Predict("question -> answer"), trainset, exact, settings, RunLog(None), ledger,
+                        reference=lambda i: trainset[i].answer)
+    with dspy.context(lm=scripted_lm(policy)):
+        (check,) = verifier.check([CandidateLesson(GOOD, "induction", (0, 1))], library)
+    # Retrieval shows the refund lesson to the refund questions only; the login ones keep the login lesson, so
+    # they are neither fixed nor broken by the candidate although they were run.
+    assert check.tried == (0, 1, 2, 3, 4, 5) and check.shown == (0, 1, 2)
+    assert check.fixes == (0, 1, 2) and check.breaks == () and check.kept
+    assert ledger.by_role["verification"].calls == 6 + 6  # the library alone on all 6, then the candidate
+
+
+def test_verification_is_budgeted_and_a_resumed_run_pays_for_nothing_again(tmp_path):
+    router = Router()
+    estimate = TrainingFreeGRPO(metric=exact, group_size=2, epochs=1, verify_batch=8).estimate(
+        dspy.Predict("question -> answer"), questions(0, 4, 4), questions(100, 2, 2))
+    assert estimate.max_verification_calls >= 8 and "verification runs" in str(estimate)
+    compiled, _ = compile_router(router, questions(0, 4, 4), valset=questions(100, 2, 2), log_dir=tmp_path)
+    spent = compiled.tfgrpo_result.verification_usage.calls
+    assert 0 < spent <= estimate.max_verification_calls
+    engine_calls = []
+
+    class Counting(Router):
+        def __call__(self, call):
+            engine_calls.append(call.kind)
+            return super().__call__(call)
+
+    again, _ = compile_router(Counting(), questions(0, 4, 4), valset=questions(100, 2, 2), log_dir=tmp_path)
+    assert engine_calls == [] and again.experience_library.texts == [GOOD]
+    assert again.tfgrpo_result.verification_usage.calls == spent  # counted, from the log
+
+
+def test_a_budget_stops_the_run_inside_verification():
+    compiled, _ = compile_router(Router(), questions(0, 4, 4), valset=questions(100, 2, 2), max_lm_calls=20)
+    result = compiled.tfgrpo_result
+    assert result.stopped_reason and "max_lm_calls" in result.stopped_reason
+    assert result.steps == ()
+
+
+@pytest.mark.parametrize("setting, value", [("verify_margin", 0), ("num_candidates", 0), ("induction_examples", 2)])
+def test_bad_verification_settings_are_refused_by_name(setting, value):
+    with pytest.raises(ValueError, match=setting):
+        TrainingFreeGRPO(metric=exact, **{setting: value})
+
+
+def test_induction_sets_group_shared_references_then_neighbours_by_input():
+    from tfgrpo_dspy.induction import Failure, induction_sets
+
+    texts = {0: "refund order", 1: "refund parcel", 2: "refund box", 3: "refund card", 4: "refund crate",
+             5: "train leaves at noon, how far", 6: "train leaves at one, how far", 7: "a train at two, how far",
+             8: "bake twelve cakes"}
+    failures = [Failure(i, "answer: payments", "answer: general") for i in range(5)]
+    failures += [Failure(i, f"answer: {i * 10}", "answer: 1") for i in range(5, 9)]
+    sets = induction_sets(failures, texts.__getitem__, size=4)
+    shared = [s for s in sets if s.shared]
+    # Five failures with one reference: two even sets would be of 3 and 2, so one set of four is made...
+    assert [s.sources for s in shared] == [(0, 1, 2, 3)]
+    # ...and the rest are grouped by their words: the three train questions; the refund left over and the cake
+    # question share no word with enough others.
+    assert [s.sources for s in sets if not s.shared] == [(5, 6, 7)]

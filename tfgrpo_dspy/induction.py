@@ -1,0 +1,149 @@
+"""Induction: several failed training examples at once -> candidate rules that would fix them all.
+
+A rule such as "a refund over $500 goes to the payments desk" shows only across several inputs that
+share their right answer, never in one. So the step's failures (examples where the rollouts missed the
+reference) are put in sets of a few (`induction_sets`): first examples with the same reference, then,
+for what is left (open answers, rare labels), each failure with its nearest neighbours by input text.
+Each set is shown to the reflection LM as plain text (`format_failures`) and sampled ``num_candidates``
+times. What comes back is only a candidate: `tfgrpo_dspy.verification` decides by re-running it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfgrpo_dspy.reflection import SUCCESS, as_text
+from tfgrpo_dspy.rollouts import GroupOutcome
+from tfgrpo_dspy.usage import Usage, UsageRecord
+
+MIN_SET = 3  # fewer failures than this share too little to reveal a rule
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A training example the rollouts got wrong: its reference and the wrong answer given most often."""
+
+    example_index: int
+    reference: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class InductionSet:
+    """Failures shown together to one induction; ``shared`` when they all have the same reference."""
+
+    failures: tuple[Failure, ...]
+    shared: bool
+
+    @property
+    def sources(self) -> tuple[int, ...]:
+        return tuple(f.example_index for f in self.failures)
+
+
+@dataclass(frozen=True)
+class Induction(UsageRecord):
+    """One draw of one induction: the candidate lesson it wrote (after the guard) or why there is none."""
+
+    sources: list[int]
+    sample: int
+    lesson: str | None = None
+    raw: str = ""
+    dropped_because: str | None = None
+    error: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Induction:
+        return cls(sources=list(data.get("sources", [])), sample=int(data.get("sample", 0)),
+                   lesson=data.get("lesson"), raw=str(data.get("raw", "")),
+                   dropped_because=data.get("dropped_because"), error=data.get("error"),
+                   usage=Usage.from_dict(data.get("usage")))
+
+
+def failures_of(groups: Sequence[GroupOutcome], reference: Callable[[int], str]) -> list[Failure]:
+    """The examples whose scored rollouts include a failure and average below success, with the wrong
+    answer their failed rollouts gave most often (the program's outputs as text)."""
+    failures = []
+    for group in groups:
+        scored = [r for r in group.rollouts if r.scored]
+        wrong = [r for r in scored if r.score < SUCCESS]
+        if not wrong or group.mean >= SUCCESS:
+            continue
+        answers = Counter(_outputs_text(r.outputs) for r in wrong)
+        failures.append(Failure(group.example_index, reference(group.example_index), answers.most_common(1)[0][0]))
+    return failures
+
+
+def induction_sets(failures: Sequence[Failure], task_text: Callable[[int], str], size: int) -> list[InductionSet]:
+    """Sets of at most ``size`` (and at least `MIN_SET`) failures: same reference first, then neighbours."""
+    by_reference: dict[str, list[Failure]] = defaultdict(list)
+    for failure in failures:
+        by_reference[failure.reference].append(failure)
+    sets, rest = [], []
+    for members in by_reference.values():
+        chunks, leftover = _chunks(members, size)
+        sets += [InductionSet(tuple(c), True) for c in chunks]
+        rest += leftover
+    return sets + _neighbour_sets(rest, task_text, size)
+
+
+def _chunks(members: list[Failure], size: int) -> tuple[list[list[Failure]], list[Failure]]:
+    """As few sets as ``size`` allows, of even sizes, none under `MIN_SET`; what cannot fill one is left over."""
+    if len(members) < MIN_SET:
+        return [], list(members)
+    count = -(-len(members) // size)
+    if len(members) // count >= MIN_SET:
+        return [members[i::count] for i in range(count)], []
+    count = len(members) // size  # even sets would be too small: full ones, the rest left over
+    return [members[i * size:(i + 1) * size] for i in range(count)], members[count * size:]
+
+
+def _neighbour_sets(failures: Sequence[Failure], task_text: Callable[[int], str], size: int) -> list[InductionSet]:
+    """Each unused failure with its ``size - 1`` nearest unused failures by input words (BM25), counting only
+    failures that share a word with it; one with too few such neighbours is left out."""
+    if len(failures) < MIN_SET:
+        return []
+    from rank_bm25 import BM25Okapi
+
+    documents = [_words(task_text(f.example_index)) for f in failures]
+    bm25 = BM25Okapi(documents)
+    unused = list(range(len(failures)))
+    sets = []
+    while len(unused) >= MIN_SET:
+        seed, unused = unused[0], unused[1:]
+        scores = bm25.get_scores(documents[seed])
+        nearest = sorted((i for i in unused if scores[i] > 0), key=lambda i: (-scores[i], i))[: size - 1]
+        if len(nearest) + 1 < MIN_SET:
+            continue
+        sets.append(InductionSet(tuple(failures[i] for i in [seed, *nearest]), False))
+        unused = [i for i in unused if i not in nearest]
+    return sets
+
+
+def format_failures(induction_set: InductionSet, inputs: Callable[[int], dict[str, Any]]) -> str:
+    """The set as plain text: each input's fields, its correct answer and what the program answered."""
+    blocks = []
+    if induction_set.shared:
+        blocks.append(f"All of these inputs have the same correct answer: {induction_set.failures[0].reference}")
+    for number, failure in enumerate(induction_set.failures, start=1):
+        fields = "\n".join(f"{name}: {as_text(value)}" for name, value in inputs(failure.example_index).items())
+        lines = [f"### Input {number}", fields]
+        if not induction_set.shared:
+            lines.append(f"Correct answer: {failure.reference}")
+        lines.append(f"The program answered (wrong): {failure.answer}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _outputs_text(outputs: dict[str, Any] | None) -> str:
+    if not outputs:
+        return "(no answer)"
+    return "; ".join(f"{name}: {as_text(value)}" for name, value in outputs.items() if name != "reasoning")
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())

@@ -1,0 +1,224 @@
+"""Verification: a candidate lesson enters a step's edits only if re-running the policy proves it helps.
+
+A small reflector writes a useful lesson now and then and spurious ones the rest of the time, and any
+change of a small model's prompt moves answers both ways; so a candidate is judged by measurement, not
+by the model. Each candidate is added to the current library and the program is run greedily (the
+repeatable path, where an answer changes only because the prompt did) on TRAINING examples, paired with
+the current library's own greedy runs of the same examples:
+
+    1. the examples it was induced from: a candidate that fixes none of them is dropped at once;
+    2. a batch of other training examples (``verify_batch``), half that the current library gets right
+       (where a lesson can break something) and half that it gets wrong, each half taking the
+       references in turn so that the batch reflects the task's mix of answers.
+
+A fix (wrong -> right) or a break (right -> wrong) counts only where the candidate was shown: with
+retrieval (``top_k``) the lesson reaches only the calls it is retrieved for, and elsewhere the prompt,
+and so the answer, is the current library's. A candidate is kept when its fixes minus its breaks reach
+``verify_margin`` and it breaks fewer than it fixes. Every run is kept in the run log by library
+fingerprint, so a resumed run or a candidate tried twice is never paid for again.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import dspy
+
+from tfgrpo_dspy.accounting import Ledger
+from tfgrpo_dspy.injection import collect_shown_lessons, with_experiences
+from tfgrpo_dspy.library import EditOp, ExperienceLibrary
+from tfgrpo_dspy.parallel import map_in_threads
+from tfgrpo_dspy.reflection import SUCCESS
+from tfgrpo_dspy.rollouts import run_rollout
+from tfgrpo_dspy.runlog import RunLog
+from tfgrpo_dspy.selection import library_fingerprint
+from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
+
+logger = logging.getLogger(__name__)
+
+ROLE = "verification"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One greedy run of one training example with one library: its score and the lessons its calls showed."""
+
+    score: float
+    shown: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class LessonCheck:
+    """One candidate's verification: where it was tried, what it fixed and broke there, and the verdict."""
+
+    text: str
+    origin: str  # "induction" or "extraction"
+    sources: tuple[int, ...]
+    tried: tuple[int, ...] = ()  # training examples run with the candidate
+    shown: tuple[int, ...] = ()  # ... of which its lesson reached at least one call
+    fixes: tuple[int, ...] = ()  # shown, wrong with the current library, right with the candidate
+    breaks: tuple[int, ...] = ()  # shown, right with the current library, wrong with the candidate
+    kept: bool = False
+    reason: str = ""
+
+    @property
+    def net(self) -> int:
+        return len(self.fixes) - len(self.breaks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "net": self.net}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LessonCheck:
+        return cls(text=data["text"], origin=data.get("origin", "induction"), sources=tuple(data.get("sources", ())),
+                   tried=tuple(data.get("tried", ())), shown=tuple(data.get("shown", ())),
+                   fixes=tuple(data.get("fixes", ())), breaks=tuple(data.get("breaks", ())),
+                   kept=bool(data.get("kept")), reason=str(data.get("reason", "")))
+
+
+@dataclass(frozen=True)
+class CandidateLesson:
+    """A lesson proposed this step, with the training examples it came from."""
+
+    text: str
+    origin: str
+    sources: tuple[int, ...]
+
+
+@dataclass
+class TrialCache:
+    """Greedy trials of training examples by library fingerprint, in memory and in the run log."""
+
+    log: RunLog
+    trials: dict[str, dict[int, Trial]] = field(default_factory=dict)
+
+    def get(self, fingerprint: str) -> dict[int, Trial]:
+        if fingerprint not in self.trials:
+            recorded = self.log.load_trials(fingerprint) or {}
+            self.trials[fingerprint] = {int(i): Trial(t["score"], tuple(t.get("shown", ())))
+                                        for i, t in (recorded.get("trials") or {}).items()}
+        return self.trials[fingerprint]
+
+    def save(self, fingerprint: str, library: ExperienceLibrary) -> None:
+        self.log.save_trials(fingerprint, {"library": library.texts, "trials": {
+            str(i): {"score": t.score, "shown": list(t.shown)} for i, t in sorted(self.trials[fingerprint].items())}})
+
+
+class Verifier:
+    """Runs libraries greedily on training examples and judges candidate lessons by their paired effect."""
+
+    def __init__(self, program: dspy.Module, trainset: Sequence[dspy.Example], metric: Callable,
+                 settings: TrainingFreeGRPOSettings, log: RunLog, ledger: Ledger,
+                 reference: Callable[[int], str]):
+        self.program = program
+        self.trainset = list(trainset)
+        self.metric = metric
+        self.settings = settings
+        self.ledger = ledger
+        self.reference = reference
+        self.cache = TrialCache(log)
+
+    # -- trials -------------------------------------------------------------------------------------------
+    def run(self, library: ExperienceLibrary, indices: Sequence[int]) -> dict[int, Trial]:
+        """The library's greedy trials of ``indices``, running only those not already known."""
+        s = self.settings
+        fingerprint = library_fingerprint(library, s, 0.0)
+        known = self.cache.get(fingerprint)
+        todo = [i for i in dict.fromkeys(indices) if i not in known]
+        if todo:
+            self.ledger.check_budget()
+            program = with_experiences(self.program, library, s.predictors, placement=s.placement, top_k=s.top_k)
+
+            def trial(index: int) -> tuple[Trial, Any]:
+                with collect_shown_lessons() as shown:
+                    rollout = run_rollout(program, self.trainset[index], example_index=index, sample_index=0,
+                                          rollout_id=0, temperature=0.0, metric=self.metric,
+                                          failure_score=s.failure_score, timeout=s.call_timeout)
+                score = rollout.score if rollout.scored else s.failure_score
+                return Trial(score, tuple(sorted(shown))), rollout
+
+            for index, (result, rollout) in map_in_threads(trial, todo, s.num_threads):
+                known[index] = result
+                self.ledger.record(ROLE, rollout.usage, rollout.error or rollout.metric_error, "verification")
+            self.cache.save(fingerprint, library)
+        return {i: known[i] for i in indices}
+
+    # -- candidates ---------------------------------------------------------------------------------------
+    def check(self, candidates: Sequence[CandidateLesson], library: ExperienceLibrary) -> list[LessonCheck]:
+        """Each candidate, tried alone on top of ``library``, in the order given."""
+        everyone = range(len(self.trainset))
+        baseline = self.run(library, everyone)
+        return [self.check_one(candidate, library, baseline) for candidate in candidates]
+
+    def check_one(self, candidate: CandidateLesson, library: ExperienceLibrary, baseline: dict[int, Trial]
+                  ) -> LessonCheck:
+        with_candidate = library.copy()
+        report = with_candidate.apply([EditOp(op="add", text=candidate.text)])
+        entry = report.entries[0] if report.entries else None
+        if entry is None or entry.status != "applied" or entry.result_id is None:
+            detail = entry.detail if entry is not None else "not applied"
+            return LessonCheck(candidate.text, candidate.origin, candidate.sources, reason=f"not added: {detail}")
+        lesson_id = entry.result_id
+        sources = [i for i in candidate.sources if i in baseline]
+        first = self.run(with_candidate, sources)
+        check = self._tally(candidate, lesson_id, baseline, first)
+        if not check.fixes:
+            return _verdict(check, False, f"fixed none of the {len(sources)} example(s) it came from"
+                                          f" ({len(check.shown)} shown)")
+        batch = self.batch(candidate, baseline)
+        second = self.run(with_candidate, batch)
+        check = self._tally(candidate, lesson_id, baseline, {**first, **second})
+        margin = self.settings.verify_margin
+        summary = (f"{len(check.fixes)} fixed / {len(check.breaks)} broken where shown "
+                   f"({len(check.shown)} of {len(check.tried)} training examples tried)")
+        if check.net >= margin and len(check.breaks) < len(check.fixes):
+            return _verdict(check, True, f"{summary}: net {check.net:+d} reaches {margin:+d}")
+        return _verdict(check, False, f"{summary}: net {check.net:+d}, needs {margin:+d} and fewer breaks than "
+                                      "fixes")
+
+    def batch(self, candidate: CandidateLesson, baseline: dict[int, Trial]) -> list[int]:
+        """Other training examples: half the current library gets right, half it gets wrong, references in turn
+        (seeded by the candidate, so a resumed run draws the same batch)."""
+        size = self.settings.verify_batch
+        rng = random.Random(f"{self.settings.seed}:{candidate.text}")
+        others = [i for i in baseline if i not in candidate.sources]
+        right = [i for i in others if baseline[i].score >= SUCCESS]
+        wrong = [i for i in others if baseline[i].score < SUCCESS]
+        take_right = min(len(right), size // 2)
+        chosen = self._by_reference(right, take_right, rng)
+        chosen += self._by_reference(wrong, min(len(wrong), size - len(chosen)), rng)
+        if len(chosen) < size:  # too few wrong ones: fill with right ones
+            chosen += self._by_reference([i for i in right if i not in chosen], size - len(chosen), rng)
+        return chosen
+
+    def _by_reference(self, indices: list[int], count: int, rng: random.Random) -> list[int]:
+        by_reference: dict[str, list[int]] = defaultdict(list)
+        for i in indices:
+            by_reference[self.reference(i)].append(i)
+        queues = [rng.sample(members, len(members)) for _, members in sorted(by_reference.items())]
+        rng.shuffle(queues)
+        chosen: list[int] = []
+        while len(chosen) < count and any(queues):
+            for queue in queues:
+                if queue and len(chosen) < count:
+                    chosen.append(queue.pop())
+        return chosen
+
+    @staticmethod
+    def _tally(candidate: CandidateLesson, lesson_id: int, baseline: dict[int, Trial], trials: dict[int, Trial]
+               ) -> LessonCheck:
+        shown = [i for i, t in trials.items() if lesson_id in t.shown]
+        fixes = [i for i in shown if baseline[i].score < SUCCESS <= trials[i].score]
+        breaks = [i for i in shown if trials[i].score < SUCCESS <= baseline[i].score]
+        return LessonCheck(candidate.text, candidate.origin, candidate.sources, tried=tuple(sorted(trials)),
+                           shown=tuple(sorted(shown)), fixes=tuple(sorted(fixes)), breaks=tuple(sorted(breaks)))
+
+
+def _verdict(check: LessonCheck, kept: bool, reason: str) -> LessonCheck:
+    return LessonCheck(check.text, check.origin, check.sources, check.tried, check.shown, check.fixes, check.breaks,
+                       kept, reason)
