@@ -27,7 +27,9 @@ from tfgrpo_dspy.tasks import Task, TaskData
 logger = logging.getLogger("tfgrpo_dspy")
 
 TASKS: dict[str, Task] = {**WORDPROBLEM_TASKS, **TICKET_TASKS, **MATH_TASKS, **WEB_TASKS}
-_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # newlines kept: they separate lines
+# Control characters (terminal escapes) and the invisible marks that reorder or split the text around them (bidi
+# overrides and isolates, line separators); newlines are kept: they separate lines.
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 # -- argument groups ----------------------------------------------------------------------------
@@ -213,9 +215,10 @@ def format_candidates(result: TrainingFreeGRPOResult) -> str:
     return "\n".join(rows)
 
 
-def printable(text: str) -> str:
-    """Lesson texts come from an LM: show control characters (terminal escapes) as visible escapes."""
-    return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
+def printable(text: object) -> str:
+    """Lesson texts come from an LM or a file: show control characters and bidi marks as visible escapes."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}" if ord(m.group(0)) < 0x100
+                        else f"\\u{ord(m.group(0)):04x}", str(text))
 
 
 def _print_library(library: ExperienceLibrary) -> None:
@@ -354,7 +357,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.audit:
         print("\naudit log:")
         for entry in library.audit_log:
-            print(f"  step {entry.step}: {entry.op:<6} {entry.status:<7} {printable(entry.detail)}")
+            print(f"  step {entry.step}: {printable(entry.op):<6} {entry.status:<7} {printable(entry.detail)}")
     return 0
 
 
