@@ -157,20 +157,10 @@ def _finished_run(tmp_path):
 
 @pytest.mark.parametrize(("name", "content", "message"), [
     ("manifest.json", '{"format": "tfgrpo-run", "vers', "the run manifest"),
-    ("manifest.json", "[]", "is not a JSON object"),
     ("state.json", '{"completed_st', "the run state"),
     ("steps/0001/step.json", '{"step": 1,', "the step record"),
     ("steps/0001/library.json", "{", "steps/0001/library.json is not valid JSON"),
-])
-def test_a_damaged_run_log_names_the_file(tmp_path, name, content, message):
-    rerun = _finished_run(tmp_path)
-    (tmp_path / name).write_text(content)
-    with pytest.raises(RunLogError) as caught:
-        rerun()
-    assert message in str(caught.value) and name.split("/")[-1] in str(caught.value)
-
-
-@pytest.mark.parametrize(("name", "content", "message"), [
+    # A damaged manifest or state also says that nothing was redone, and what to do.
     ("manifest.json", "[]", "is not a JSON object; it is damaged. Nothing was run or redone: restore the file to "
                             "resume this run, or use a new log_dir (--out) to start afresh"),
     ("state.json", '{"completed_steps": "2"}', "(completed_steps is '2', not a step number). Nothing was run or "
@@ -178,12 +168,12 @@ def test_a_damaged_run_log_names_the_file(tmp_path, name, content, message):
     ("state.json", "[]", "(completed_steps is None, not a step number)"),
     ("state.json", '{"completed_steps": 1.5}', "later steps are redone), or use a new log_dir (--out)"),
 ])
-def test_a_damaged_manifest_or_state_says_what_to_do_and_what_is_redone(tmp_path, name, content, message):
+def test_a_damaged_run_log_names_the_file(tmp_path, name, content, message):
     rerun = _finished_run(tmp_path)
     (tmp_path / name).write_text(content)
     with pytest.raises(RunLogError) as caught:
         rerun()
-    assert message in str(caught.value) and name in str(caught.value) and "\n" not in str(caught.value)
+    assert message in str(caught.value) and name.split("/")[-1] in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_a_deleted_step_record_says_how_to_redo_the_step(tmp_path):
