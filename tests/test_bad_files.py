@@ -37,6 +37,22 @@ LIBRARY_CASES = [
     (broken(max_words=0), "max_words: must be a positive integer or null"),
     (broken(exp__0__uses=-1), "experiences[0].uses: must be a non-negative integer"),
     ({"hello": 1}, "not an experience library"),
+    (broken(max_experiences=1), "experiences: 2 lessons, more than the file's max_experiences=1; delete lessons or "
+                                "raise max_experiences"),
+    (broken(max_words=None, exp__0__text="word " * 500), "experiences[0].text: has 2499 characters, over the "
+                                                         "2000-character limit of a lesson"),
+    (broken(exp__1__text="When \ud800, do d."), "experiences[1].text: holds a lone surrogate (\\ud800) at "
+                                                 "character 5, which is not text; remove it"),
+    (broken(audit_log=[{"step": "\x1b[2J", "op": "add", "status": "applied", "detail": "x"}]),
+     "audit_log[0].step: must be a step number or null, got '\\x1b[2J'"),
+    (broken(audit_log=[{"step": 1, "op": ["add"], "status": "applied", "detail": "x"}]),
+     "audit_log[0].op: must be a string, got ['add']"),
+    (broken(audit_log=[{"step": 1, "op": "add", "status": "\x1b[31mok", "detail": "x"}]),
+     "audit_log[0].status: must be 'applied' or 'refused'"),
+    (broken(audit_log=[{"step": 1, "op": "add", "status": "applied", "detail": "bad \udfff"}]),
+     "audit_log[0].detail: holds a lone surrogate"),
+    (broken(audit_log=[{"step": 1, "op": "merge", "status": "applied", "detail": "x", "ids": "12"}]),
+     "audit_log[0].ids: must be a list of experience ids or null"),
 ]
 
 
@@ -81,6 +97,31 @@ def test_show_and_diff_escape_terminal_control_characters(tmp_path, capsys):
     assert "\x1b" not in capsys.readouterr().out
 
 
+def test_show_audit_and_diff_escape_escape_codes_and_bidi_overrides(tmp_path, capsys):
+    evil = "When \u202eeurt si siht\u202c, do \x1b]0;title\x07 it."
+    data = broken(exp__0__text=evil, audit_log=[
+        {"step": 1, "op": "add\x1b[2J", "status": "applied", "detail": "added \u2066E1\u2069 \x1b[31m", "id": 1}])
+    (tmp_path / "a.json").write_text(json.dumps(data))
+    (tmp_path / "b.json").write_text(json.dumps(GOOD))
+    assert cli.main(["show", "--audit", str(tmp_path / "a.json")]) == 0
+    shown = capsys.readouterr().out
+    assert "\\u202eeurt si siht\\u202c" in shown and "add\\x1b[2J" in shown and "\\u2066E1\\u2069" in shown
+    assert cli.main(["diff", str(tmp_path / "b.json"), str(tmp_path / "a.json")]) == 0
+    diffed = capsys.readouterr().out
+    assert "\\u202e" in diffed
+    for out in (shown, diffed):
+        assert not any(mark in out for mark in ("\x1b", "\x07", "\u202e", "\u202c", "\u2066", "\u2069")), out
+
+
+def test_a_lone_surrogate_in_a_file_is_one_line_naming_the_file_for_show_and_diff(tmp_path, capsys):
+    (tmp_path / "a.json").write_text(json.dumps(broken(exp__0__text="When \udc80 appears, stop.")))
+    for argv in (["show", str(tmp_path / "a.json")], ["diff", str(tmp_path / "a.json"), str(tmp_path / "a.json")]):
+        assert cli.main(argv) == 2
+        error = capsys.readouterr().err
+        assert f"{tmp_path / 'a.json'}: experiences[0].text: holds a lone surrogate" in error
+        assert error.count("\n") == 1
+
+
 def test_a_lone_surrogate_from_the_lm_is_cleaned_not_fatal(tmp_path):
     write_json_atomic(tmp_path / "x.json", {"text": "bad \ud800 text"})
     assert json.loads((tmp_path / "x.json").read_text())["text"] == "bad ? text"
@@ -116,17 +157,23 @@ def _finished_run(tmp_path):
 
 @pytest.mark.parametrize(("name", "content", "message"), [
     ("manifest.json", '{"format": "tfgrpo-run", "vers', "the run manifest"),
-    ("manifest.json", "[]", "is not a JSON object"),
     ("state.json", '{"completed_st', "the run state"),
     ("steps/0001/step.json", '{"step": 1,', "the step record"),
     ("steps/0001/library.json", "{", "steps/0001/library.json is not valid JSON"),
+    # A damaged manifest or state also says that nothing was redone, and what to do.
+    ("manifest.json", "[]", "is not a JSON object; it is damaged. Nothing was run or redone: restore the file to "
+                            "resume this run, or use a new log_dir (--out) to start afresh"),
+    ("state.json", '{"completed_steps": "2"}', "(completed_steps is '2', not a step number). Nothing was run or "
+                                               "redone: set completed_steps to the last step whose steps/NNNN/"),
+    ("state.json", "[]", "(completed_steps is None, not a step number)"),
+    ("state.json", '{"completed_steps": 1.5}', "later steps are redone), or use a new log_dir (--out)"),
 ])
 def test_a_damaged_run_log_names_the_file(tmp_path, name, content, message):
     rerun = _finished_run(tmp_path)
     (tmp_path / name).write_text(content)
     with pytest.raises(RunLogError) as caught:
         rerun()
-    assert message in str(caught.value) and name.split("/")[-1] in str(caught.value)
+    assert message in str(caught.value) and name.split("/")[-1] in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_a_deleted_step_record_says_how_to_redo_the_step(tmp_path):

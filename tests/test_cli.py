@@ -147,7 +147,8 @@ def test_train_flags_no_gate_placement_and_warm_start(scripted, tmp_path):
                str(tmp_path / "start.json"), "--out", str(tmp_path / "warm")) == 0
     first_policy = next(c for c in scripted._engine_spec.calls if c.kind == "policy")
     assert "convert first" in first_policy.system
-    assert run("train", "--task", "wordproblems", "--n", "2", "--val-n", "0", "--out", str(tmp_path / "y")) == 2
+    with pytest.raises(SystemExit):  # argparse: "argument --val-n: must be a whole number >= 1, got '0'"
+        run("train", "--task", "wordproblems", "--n", "2", "--val-n", "0", "--out", str(tmp_path / "y"))
 
 
 def test_a_report_of_a_directory_that_is_no_run_is_one_line(tmp_path, capsys):
@@ -178,3 +179,84 @@ def test_demo_shows_the_selection_and_an_honest_paired_verdict(monkeypatch, tmp_
     assert run("demo", "--train-n", "4", "--selection-n", "3", "--heldout-n", "6", "--out", str(tmp_path)) == 0
     assert len(lm.engine.calls) == calls
     assert json.loads((tmp_path / "demo.json").read_text())["comparison"] == record["comparison"]
+
+
+# -- every argument and file is checked before the first LM call ------------------------------------------
+def _no_calls(scripted):
+    return not scripted._engine_spec.calls
+
+
+def test_group_size_one_is_an_error_unless_every_group_may_reach_the_reflection(scripted, tmp_path, capsys):
+    argv = ["train", "--task", "wordproblems", "--n", "2", "--epochs", "1", "--num-threads", "1", "--group-size", "1"]
+    assert run(*argv, "--out", str(tmp_path / "a")) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("tfgrpo train: error: --group-size 1: a group of one rollout never has mixed rewards")
+    assert "--all-groups" in error and error.count("\n") == 1 and _no_calls(scripted)
+    assert run(*argv, "--all-groups", "--out", str(tmp_path / "b")) == 0  # asked for: learns from single rollouts
+    stats = json.loads((tmp_path / "b" / "stats.json").read_text())
+    assert stats["steps"][0]["rollouts"] == 2
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["eval", "--task", "wordproblems", "--k", "0"], "argument --k: must be a whole number >= 1, got '0'"),
+    (["eval", "--task", "wordproblems", "--n", "0"], "argument --n: must be a whole number >= 1, got '0'"),
+    (["train", "--task", "wordproblems", "--out", "x", "--epochs", "0"], "argument --epochs: must be a whole number"),
+    (["train", "--task", "wordproblems", "--out", "x", "--group-size", "0"], "argument --group-size: must be a"),
+])
+def test_a_bad_count_blames_its_argument(scripted, argv, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        run(*argv)
+    assert exited.value.code == 2 and message in capsys.readouterr().err and _no_calls(scripted)
+
+
+def test_eval_checks_its_library_and_out_before_evaluating(scripted, tmp_path, capsys):
+    assert run("eval", "--task", "wordproblems", "--n", "2", "--library", str(tmp_path / "missing.json")) == 2
+    assert f"no experience library at {tmp_path / 'missing.json'}" in capsys.readouterr().err
+    assert run("eval", "--task", "wordproblems", "--n", "2", "--out", str(tmp_path)) == 2
+    assert f"--out {tmp_path} is a folder: give the name of the JSON file to write" in capsys.readouterr().err
+    (tmp_path / "file").write_text("x")
+    assert run("eval", "--task", "wordproblems", "--n", "2", "--out", str(tmp_path / "file" / "eval.json")) == 2
+    assert f"{tmp_path / 'file'} is a file, so nothing can be written under it" in capsys.readouterr().err
+    assert _no_calls(scripted)
+
+
+def test_train_out_pointing_at_a_file_is_one_line_before_any_call(scripted, tmp_path, capsys):
+    (tmp_path / "taken").write_text("x")
+    assert run("train", "--task", "wordproblems", "--n", "2", "--out", str(tmp_path / "taken")) == 2
+    error = capsys.readouterr().err
+    assert error == f"tfgrpo train: error: --out {tmp_path / 'taken'} is a file, not a folder: give a folder " \
+                    "(it is made if missing)\n"
+    assert _no_calls(scripted)
+
+
+def test_a_warm_start_over_the_runs_cap_is_refused_before_any_call(scripted, tmp_path, capsys):
+    ExperienceLibrary.from_texts(["When a, do b.", "When c, do d.", "When e, do f."]).save(tmp_path / "start.json")
+    assert run("train", "--task", "wordproblems", "--n", "2", "--max-experiences", "2", "--library",
+               str(tmp_path / "start.json"), "--out", str(tmp_path / "run")) == 2
+    assert "holds 3 lessons, more than the run's max_experiences=2" in capsys.readouterr().err
+    assert _no_calls(scripted)
+
+
+def test_a_run_whose_every_call_fails_aborts_with_the_first_error(monkeypatch, tmp_path, capsys):
+    from dspy.lm15 import UnknownModelError
+
+    lm = scripted_lm(lambda call: UnknownModelError("unknown model 'nonsense/model': no provider serves it"))
+    monkeypatch.setattr(cli, "make_lm", lambda spec, **kwargs: lm)
+    assert run("train", "--task", "wordproblems", "--lm", "nonsense/model", "--n", "1", "--group-size", "2",
+               "--epochs", "1", "--num-threads", "1", "--out", str(tmp_path)) == 3
+    error = capsys.readouterr().err.split("\r")[-1]  # after the progress bar's last redraw
+    assert error.startswith("tfgrpo train: aborted: all 2 calls in this session failed; the first: rollouts: ")
+    assert "unknown model 'nonsense/model': no provider serves it" in error and error.count("\n") == 1
+    assert len(lm._engine_spec.calls) == 2  # the rollouts of the only example, nothing after them
+    assert not (tmp_path / "library.json").exists()
+
+
+def test_eval_with_a_library_prints_the_paired_verdict(scripted, tmp_path, capsys):
+    ExperienceLibrary.from_texts(["When lengths mix units, convert first."]).save(tmp_path / "lib.json")
+    assert run("eval", "--task", "wordproblems", "--n", "3", "--k", "2", "--library", str(tmp_path / "lib.json"),
+               "--out", str(tmp_path / "eval.json")) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "paired" in line)
+    assert line.startswith("  paired, with library vs without on the same 3 examples (Mean@2): ")
+    assert "95% CI [" in line and " won / " in line and " lost, sign test p=" in line
+    comparison = json.loads((tmp_path / "eval.json").read_text())["comparison"]
+    assert comparison["n"] == 3 and {"delta", "ci_low", "ci_high", "wins", "losses", "p_value"} <= set(comparison)

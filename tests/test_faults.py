@@ -4,10 +4,12 @@ import json
 import time
 
 import dspy
+import pytest
 from dspy.lm15 import RateLimitError
 from scripted import UPDATE_PIPELINE, ScriptedEngine, default_reflection
 
 from tfgrpo_dspy import TrainingFreeGRPO
+from tfgrpo_dspy.accounting import TrainingAborted
 
 
 def metric(example, prediction, trace=None):
@@ -64,17 +66,20 @@ def test_a_hanging_lm_call_is_abandoned_and_recorded(tmp_path):
     assert compiled.tfgrpo_result.steps[0].rollout_errors == 1
 
 
-def test_garbage_from_the_policy_is_scored_not_fatal():
+def test_a_policy_that_only_answers_garbage_aborts_with_the_first_error(tmp_path):
+    # Four calls, all failed: fewer than min_errors, yet the run must not end as a success with an empty library.
     def garbage(call):
         if call.kind == "policy":
             return "<<<%%% not the format at all"
         return policy(call)
 
     lm = dspy.LM("scripted/model", engine=ScriptedEngine(garbage), cache=False, num_retries=0)
-    with dspy.context(lm=lm):
-        compiled = optimizer().compile(dspy.Predict("question -> answer"), trainset=data())
-    step = compiled.tfgrpo_result.steps[0]
-    assert step.rollout_errors == 4 and step.mean_reward == 0.0 and len(compiled.experience_library) == 0
+    with dspy.context(lm=lm), pytest.raises(TrainingAborted) as aborted:
+        optimizer(log_dir=tmp_path).compile(dspy.Predict("question -> answer"), trainset=data())
+    message = str(aborted.value)
+    assert message.startswith("all 4 calls in this session failed; the first: rollouts: AdapterParseError")
+    assert "rerun with the same log_dir to resume" in message
+    assert json.loads((tmp_path / "state.json").read_text())["stopped"].startswith("aborted: all 4 calls")
 
 
 def test_garbage_extraction_output_is_retried_then_skipped():
@@ -92,3 +97,39 @@ def test_garbage_extraction_output_is_retried_then_skipped():
     assert result.steps == () and "every lesson extraction failed" in result.stopped_reason
     assert len(compiled.experience_library) == 0 and "update" not in engine.kinds()
     assert engine.kinds().count("extract") == 2 * 2  # two groups, one retry each
+
+
+MISSING_KEY = ("AuthenticationError: litellm.AuthenticationError: OpenAIException - The api_key client option must "
+               "be set either by passing api_key to the client or by setting the OPENAI_API_KEY environment "
+               "variable; see the provider's documentation")
+
+
+def test_an_abort_quotes_the_error_whole_or_cut_at_a_word():
+    from tfgrpo_dspy.accounting import Ledger
+    from tfgrpo_dspy.usage import Usage
+
+    ledger = Ledger(min_errors=2)
+    ledger.record("policy", Usage(), MISSING_KEY, "rollouts")
+    with pytest.raises(TrainingAborted) as aborted:
+        ledger.record("policy", Usage(), MISSING_KEY, "rollouts")
+    assert MISSING_KEY in str(aborted.value)  # 230 characters: it was cut at 200, mid-word ("environm")
+    ledger = Ledger(min_errors=1)
+    with pytest.raises(TrainingAborted) as aborted:
+        ledger.record("policy", Usage(), "word " * 200, "rollouts")
+    assert "word word [...]" in str(aborted.value) and "wor " not in str(aborted.value)
+
+
+def test_all_failed_is_judged_on_the_whole_session():
+    from tfgrpo_dspy.accounting import Ledger
+    from tfgrpo_dspy.usage import Usage
+
+    ledger = Ledger()
+    ledger.check_all_failed()  # no call yet: nothing to judge
+    ledger.record("policy", Usage(), None, "rollouts")
+    ledger.record("policy", Usage(), "ValueError: bad", "rollouts")
+    ledger.check_all_failed()  # one call worked
+    failing = Ledger()
+    failing.record("policy", Usage(), "NotFoundError: no such model", "rollouts")
+    failing.record("policy", Usage(), "TimeoutError: later", "rollouts")
+    with pytest.raises(TrainingAborted, match="all 2 calls in this session failed; the first: rollouts: NotFound"):
+        failing.check_all_failed()

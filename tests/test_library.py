@@ -1,8 +1,12 @@
+import ast
 import json
+import time
+from pathlib import Path
 
 import pytest
 
-from tfgrpo_dspy import EditOp, ExperienceLibrary
+from tfgrpo_dspy import EditOp, ExperienceLibrary, library_file
+from tfgrpo_dspy.library import LibraryFileError
 
 
 def make(*texts, **caps):
@@ -113,3 +117,39 @@ def test_invalid_caps_are_rejected():
         ExperienceLibrary(max_words=0)
     with pytest.raises(ValueError, match="max_experiences"):
         ExperienceLibrary(max_experiences=-1)
+
+
+def _many_lessons(count: int, cap: int | None) -> dict:
+    return {"format": "tfgrpo-experience-library", "version": 2, "max_experiences": cap, "max_words": None,
+            "next_id": count + 1, "experiences": [{"id": i, "text": f"When case {i} appears, check it first."}
+                                                  for i in range(1, count + 1)]}
+
+
+def test_loading_is_linear_and_an_over_cap_file_is_refused_at_once():
+    # 20,000 lessons took over 12 s when loading was quadratic; linear, 100,000 take well under a second.
+    data = _many_lessons(100_000, None)
+    started = time.perf_counter()
+    library = ExperienceLibrary.from_dict(data)
+    assert len(library) == 100_000 and library.next_id == 100_001
+    assert time.perf_counter() - started < 5  # generous: a quadratic load would take minutes
+    over = _many_lessons(100_000, 99_999)
+    started = time.perf_counter()
+    with pytest.raises(LibraryFileError, match="100000 lessons, more than the file's max_experiences=99999"):
+        ExperienceLibrary.from_dict(over, origin="big.json")
+    assert time.perf_counter() - started < 0.5  # refused before a single lesson is read
+
+
+def test_a_library_holds_no_more_than_its_cap_and_no_lesson_over_the_character_limit():
+    with pytest.raises(ValueError, match="3 lessons, more than max_experiences=2"):
+        ExperienceLibrary(["a", "b", "c"], max_experiences=2)
+    library = ExperienceLibrary()
+    report = library.apply([{"op": "add", "text": "long " * 500}])
+    assert report.refused[0].detail == "text has 2499 characters, more than the 2000-character limit of a lesson"
+
+
+def test_library_file_does_not_import_the_library_module():
+    # One-way imports: library.py builds on library_file.py, never the other way round.
+    tree = ast.parse(Path(library_file.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert "tfgrpo_dspy.library" not in imported and "tfgrpo_dspy" not in imported

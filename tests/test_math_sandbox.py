@@ -7,6 +7,7 @@ two take different paths into the namespaces.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shlex
 import shutil
@@ -56,6 +57,7 @@ def marker() -> str:
 @needs_namespaces
 def test_namespaces_are_used_for_every_user() -> None:
     assert ISOLATION.namespaces and ISOLATION.pid_namespace and ISOLATION.network_namespace
+    assert ISOLATION.memory_capped, ISOLATION.reason
     assert ISOLATION.dropped_uid == (NOBODY if os.geteuid() == 0 else None)
 
 
@@ -116,6 +118,18 @@ def test_bad_configuration_is_rejected() -> None:
         PythonSandbox(memory_bytes=64 << 20, scratch_bytes=128 << 20)
     with pytest.raises(TypeError, match="code"):
         PythonSandbox().run(b"print(1)")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"for each of max_processes=64, under the 64 MiB.*lower max_processes"):
+        PythonSandbox(max_processes=64)  # 64 x 1 GiB was the old default: now they share one GiB
+    with pytest.raises(ValueError, match="max_processes must be a positive int"):
+        PythonSandbox(max_processes=0)
+
+
+def test_memory_bytes_is_split_between_processes() -> None:
+    whole = PythonSandbox(memory_bytes=1 << 30)
+    assert whole.max_processes == 4 and whole.scratch_bytes == 64 << 20
+    assert whole.max_processes * whole.process_memory_bytes + whole.scratch_bytes < whole.memory_bytes
+    small = PythonSandbox(memory_bytes=256 << 20)
+    assert small.max_processes == 2 and small.process_memory_bytes >= 64 << 20  # fewer processes, not too little
 
 
 # ---------------------------------------------------------------- no namespaces: refuse unless opted in
@@ -437,7 +451,7 @@ def _wait_until(condition, seconds: float) -> bool:
 @needs_namespaces
 def test_fork_bomb_is_contained_and_leaves_no_process(marker: str) -> None:
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
-    result = PythonSandbox(timeout_seconds=2, max_processes=32).run(_become_marked(marker, bomb))
+    result = PythonSandbox(timeout_seconds=2, max_processes=8).run(_become_marked(marker, bomb))
     assert result.timed_out
     assert _processes_with(marker) == []
 
@@ -504,16 +518,153 @@ def test_no_privileges_and_no_nested_user_namespace(sandbox: PythonSandbox) -> N
 
 
 @needs_namespaces
-def test_system_v_shared_memory_dies_with_the_run(sandbox: PythonSandbox) -> None:
+def test_system_v_shared_memory_is_refused_and_never_reaches_the_host(sandbox: PythonSandbox) -> None:
     key = int(uuid.uuid4().hex[:7], 16)
     code = (
         "import ctypes\n"
-        f"print('shmget', ctypes.CDLL(None).shmget({key}, 1 << 20, 0o1000 | 0o600))\n"  # IPC_CREAT
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        f"print('shmget', libc.shmget({key}, 1 << 20, 0o1000 | 0o600), ctypes.get_errno())\n"  # IPC_CREAT
+        f"print('msgget', libc.msgget({key}, 0o1000 | 0o600), ctypes.get_errno())\n"
     )
     result = sandbox.run(code)
-    assert "shmget -1" not in result.stdout and "shmget" in result.stdout, result
+    # Segments and queues outlive the processes that made them: memory no RLIMIT_AS counts.
+    assert "shmget -1 1" in result.stdout and "msgget -1 1" in result.stdout, result  # EPERM
     host_segments = subprocess.run(["ipcs", "-m"], capture_output=True, text=True).stdout
     assert f"0x{key:08x}" not in host_segments
+
+
+# ---------------------------------------------------------------- probes: one memory cap, no keyring
+
+
+_HOLD_MEMORY = """
+import os, sys
+processes = {processes}
+
+def fill():  # touch 1 MiB chunks until the limit: what this process really holds
+    held = []
+    try:
+        while True:
+            held.append(b"x" * (1 << 20))
+    except MemoryError:
+        pass
+    return held
+
+release_read, release_write = os.pipe()
+report_read, report_write = os.pipe()
+for _ in range(processes - 1):
+    if os.fork() == 0:
+        held = fill()
+        os.write(report_write, b"%d " % len(held))
+        os.read(release_read, 1)  # hold it until the parent has counted everyone
+        os._exit(0)
+reports = b""
+while reports.count(b" ") < processes - 1:
+    reports += os.read(report_read, 64)
+counts = [int(count) for count in reports.split()]
+counts.append(len(fill()))
+print("held MiB", *counts, "total", sum(counts))
+"""
+
+
+@needs_namespaces
+def test_all_processes_together_stay_under_memory_bytes() -> None:
+    # The issue's probe: 3 processes held 209 MiB each (627 MiB) under memory_bytes=384 MiB.
+    capped = PythonSandbox(timeout_seconds=30, memory_bytes=384 << 20, max_processes=3)
+    result = capped.run(_HOLD_MEMORY.format(processes=3))
+    words = result.stdout.split()
+    assert words[:2] == ["held", "MiB"] and len(words) == 7, result
+    assert all(int(count) > 0 for count in words[2:5])  # each process did hold memory at once
+    assert int(words[-1]) < 384, result
+
+
+@needs_namespaces
+def test_memory_outside_the_limits_is_refused(sandbox: PythonSandbox) -> None:
+    code = (
+        "import fcntl, os, socket\n"
+        "def attempt(name, call):\n"
+        "    try:\n"
+        "        call()\n"
+        "        print(name, 'ALLOWED')\n"
+        "    except OSError as err:\n"
+        "        print(name, 'refused', err.errno)\n"
+        "attempt('memfd', lambda: os.memfd_create('ram'))\n"
+        "read_end, _ = os.pipe()\n"
+        "attempt('pipe-size', lambda: fcntl.fcntl(read_end, fcntl.F_SETPIPE_SZ, 1 << 20))\n"
+        "left, _ = socket.socketpair()\n"
+        "for option in ('SO_SNDBUF', 'SO_RCVBUF'):\n"
+        "    attempt(option, lambda: left.setsockopt(socket.SOL_SOCKET, getattr(socket, option), 1 << 22))\n"
+        "left.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"  # other options still work
+        "print('other options work')\n"
+    )
+    result = sandbox.run(code)
+    lines = result.stdout.splitlines()
+    assert lines[:4] == [f"{name} refused 1" for name in ("memfd", "pipe-size", "SO_SNDBUF", "SO_RCVBUF")], result
+    assert lines[4] == "other options work"
+
+
+def _keyctl() -> tuple[object, dict[str, int]]:
+    """libc and the keyring call numbers of this architecture (libseccomp knows them; libc has no wrapper)."""
+    seccomp = ctypes.CDLL("libseccomp.so.2")
+    numbers = {name: seccomp.seccomp_syscall_resolve_name(name.encode()) for name in ("keyctl", "add_key")}
+    return ctypes.CDLL(None, use_errno=True), numbers
+
+
+_KEYRING_PROBE = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+keyctl, add_key = {keyctl}, {add_key}
+buffer = ctypes.create_string_buffer(256)
+calls = {{
+    "session-id": (keyctl, 0, -3, 0),  # KEYCTL_GET_KEYRING_ID @s
+    "read-secret": (keyctl, 11, {secret}, buffer, 256),  # KEYCTL_READ, by the serial itself
+    "search": (keyctl, 10, -3, b"user", b"{marker}", 0),  # KEYCTL_SEARCH @s
+    "add-session": (add_key, b"user", b"{marker}-planted", b"sandbox", 7, -3),
+    "add-user": (add_key, b"user", b"{marker}-planted", b"sandbox", 7, -4),
+}}
+for name, arguments in calls.items():
+    print(name, libc.syscall(*arguments), ctypes.get_errno())
+print("buffer", buffer.value)
+"""
+
+
+@needs_namespaces
+def test_the_callers_keyring_is_out_of_reach(sandbox: PythonSandbox, marker: str) -> None:
+    libc, numbers = _keyctl()
+    # A session keyring of this test process's own, so the probe plants nothing in anyone else's.
+    assert libc.syscall(numbers["keyctl"], 1, marker.encode()) > 0  # KEYCTL_JOIN_SESSION_KEYRING
+    secret = libc.syscall(numbers["add_key"], b"user", marker.encode(), b"hunter2", 7, -3)
+    assert secret > 0
+    before = ctypes.create_string_buffer(4096)
+    listed = libc.syscall(numbers["keyctl"], 11, -3, before, 4096)  # KEYCTL_READ @s: the serials it holds
+    result = sandbox.run(_KEYRING_PROBE.format(secret=secret, marker=marker, **numbers))
+    after = ctypes.create_string_buffer(4096)
+    assert libc.syscall(numbers["keyctl"], 11, -3, after, 4096) == listed and after.raw == before.raw
+    assert "hunter2" not in result.stdout, result
+    outcomes = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    assert outcomes.pop("buffer") == "b''", result
+    calls = ["session-id", "read-secret", "search", "add-session", "add-user"]
+    assert outcomes == dict.fromkeys(calls, "-1 1")  # EPERM, every one
+
+
+def test_where_processes_are_not_counted_it_refuses_unless_unsafe(monkeypatch: pytest.MonkeyPatch) -> None:
+    uncapped = Isolation(namespaces=True, dropped_uid=None, memory_capped=False,
+                         reason="the kernel does not count root's processes against RLIMIT_NPROC")
+    monkeypatch.setattr(sandbox_module, "probe_isolation", lambda: uncapped)
+    monkeypatch.delenv(sandbox_module.UNSAFE_ENV_VAR, raising=False)
+    with pytest.raises(SandboxUnavailable, match="cannot cap the sandbox's memory as a whole.*allow_unsafe=True"):
+        PythonSandbox().run("print(1)")
+    if ISOLATION.namespaces:  # opted in, it still runs isolated, with per-process limits only
+        assert PythonSandbox(allow_unsafe=True).run("print(6 * 7)").stdout.strip() == "42"
+
+
+@needs_namespaces
+def test_the_trial_measures_whether_processes_are_counted() -> None:
+    # Root without dropping to nobody is the case the kernel exempts; an unprivileged user is counted.
+    unprivileged_way = sandbox_module.trial_run(Isolation(namespaces=True, dropped_uid=None))
+    assert isinstance(unprivileged_way, Isolation), unprivileged_way
+    assert unprivileged_way.memory_capped == (os.geteuid() != 0)
+    if os.geteuid() == 0:
+        assert "RLIMIT_NPROC" in unprivileged_way.reason
 
 
 # ---------------------------------------------------------------- the same probes as an unprivileged user

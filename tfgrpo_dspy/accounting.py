@@ -5,11 +5,15 @@ Roles: "policy" (rollouts), "reflection" (summaries, lessons, inductions, update
 libraries on the selection set). Budgets count everything paid for, including work logged
 by an earlier session of the same run. Errors are judged as a rate: a run aborts once at least
 ``min_errors`` calls failed AND they are ``max_error_rate`` of the calls so far, so a dead server
-stops a run within seconds while a 2% parse-failure rate never does.
+stops a run within seconds while a 2% parse-failure rate never does. A run too small to reach
+``min_errors`` is judged at the end of each phase (`Ledger.check_all_failed`): if every call of the
+session so far failed, it aborts with the first error, so a run whose every call failed never
+ends as a success.
 """
 
 from __future__ import annotations
 
+import textwrap
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -17,6 +21,7 @@ from collections.abc import Callable
 from tfgrpo_dspy.usage import Usage
 
 ROLES = ("policy", "reflection", "verification", "selection")
+MAX_ERROR_CHARS = 400  # an error in an abort message: cut at a word, never mid-word
 
 
 class StopRun(Exception):
@@ -49,6 +54,7 @@ class Ledger:
         self.by_role: dict[str, Usage] = {role: Usage() for role in ROLES}
         self.attempts = 0
         self.errors: Counter[str] = Counter()
+        self.first_error: str | None = None
         self._lock = threading.Lock()
 
     @property
@@ -69,13 +75,29 @@ class Ledger:
             self.attempts += 1
             if not error:
                 return
-            self.errors[f"{what}: {error[:200]}"] += 1
+            cause = f"{what}: {textwrap.shorten(error, MAX_ERROR_CHARS, placeholder=' [...]')}"
+            self.errors[cause] += 1
+            self.first_error = self.first_error or cause
             failures = sum(self.errors.values())
             if failures < self.min_errors or failures < self.max_error_rate * self.attempts:
                 return
             cause, count = self.errors.most_common(1)[0]
             message = (f"{failures} of {self.attempts} calls in this session failed, most often ({count}x) {cause}. "
                        "Fix the cause and rerun with the same log_dir to resume.")
+        self._abort(message)
+
+    def check_all_failed(self) -> None:
+        """At the end of a phase: abort if every call of this session so far failed (a run too small for
+        ``min_errors``, e.g. an unknown model on a few examples, would otherwise end as a success)."""
+        with self._lock:
+            failures = sum(self.errors.values())
+            if not self.attempts or failures < self.attempts:
+                return
+            message = (f"all {self.attempts} calls in this session failed; the first: {self.first_error}. "
+                       "Fix the cause and rerun with the same log_dir to resume.")
+        self._abort(message)
+
+    def _abort(self, message: str) -> None:
         if self.on_abort is not None:
             self.on_abort(message)
         raise TrainingAborted(message)

@@ -12,6 +12,7 @@ from typing import Any
 
 import dspy
 
+from tfgrpo_dspy.demo import scores
 from tfgrpo_dspy.evaluation import EvalReport, evaluate_at_k
 from tfgrpo_dspy.kits.math.task import MATH_TASKS
 from tfgrpo_dspy.kits.tickets.task import TICKET_TASKS
@@ -21,16 +22,34 @@ from tfgrpo_dspy.library import ExperienceLibrary, write_json_atomic
 from tfgrpo_dspy.lm import make_lm
 from tfgrpo_dspy.optimizer import TrainingAborted, TrainingFreeGRPO
 from tfgrpo_dspy.results import TrainingFreeGRPOResult
-from tfgrpo_dspy.settings import DEFAULT_TOP_K
+from tfgrpo_dspy.settings import DEFAULT_TOP_K, TrainingFreeGRPOSettings
+from tfgrpo_dspy.stats import compare_paired
 from tfgrpo_dspy.tasks import Task, TaskData
 
 logger = logging.getLogger("tfgrpo_dspy")
 
 TASKS: dict[str, Task] = {**WORDPROBLEM_TASKS, **TICKET_TASKS, **MATH_TASKS, **WEB_TASKS}
-_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # newlines kept: they separate lines
+# Control characters (terminal escapes) and the invisible marks that reorder or split the text around them (bidi
+# overrides and isolates, line separators); newlines are kept: they separate lines.
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 # -- argument groups ----------------------------------------------------------------------------
+def _at_least(minimum: int) -> Any:
+    """An argparse type: a whole number >= ``minimum``, so a bad count blames its flag before anything runs."""
+
+    def count(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}")
+        return value
+
+    return count
+
+
 def _top_k(text: str) -> int:
     """``--top-k``: a count of lessons per call; 0 means every lesson (None in the API)."""
     try:
@@ -49,19 +68,20 @@ def _add_lm_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", help="API key for --lm (default: the provider's environment variable)")
     parser.add_argument("--reflection-lm", help="LM for the reflection steps and judges (default: --lm)")
     parser.add_argument("--reflection-api-base", help="URL of an OpenAI-compatible server for --reflection-lm")
-    parser.add_argument("--max-tokens", type=int, help="cap on tokens per LM completion (default: the LM's)")
+    parser.add_argument("--max-tokens", type=_at_least(1), help="cap on tokens per LM completion (default: the LM's)")
 
 
 def _add_data_args(parser: argparse.ArgumentParser, split: str) -> None:
     parser.add_argument("--task", required=True, choices=sorted(TASKS), help="the task to run")
     parser.add_argument("--source", help=f"hub id or local file/folder for the {split} data (default: the task's)")
-    parser.add_argument("--n", type=int, help=f"number of {split} examples (default: the task's)")
-    parser.add_argument("--seed", type=int, help="data sampling and run seed (default: the task's data seed, "
+    parser.add_argument("--n", type=_at_least(1), help=f"number of {split} examples (default: the task's)")
+    parser.add_argument("--seed", type=_at_least(0), help="data sampling and run seed (default: the task's data seed, "
                         "42 for dapo-math as in the paper, 0 otherwise; run seed 0)")
 
 
 def _add_program_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-iters", type=int, help="agent steps per question (agent tasks; default: the task's)")
+    parser.add_argument("--max-iters", type=_at_least(1),
+                        help="agent steps per question (agent tasks; default: the task's)")
     parser.add_argument("--allow-address", action="append", metavar="IP", dest="allow_addresses",
                         help="let the browsing agent reach this non-public IP, e.g. 127.0.0.1 for a local "
                         "mirror of a site (repeatable; browsing tasks only)")
@@ -73,29 +93,31 @@ def _add_train_command(sub: Any) -> None:
     _add_program_args(train)
     _add_lm_args(train)
     train.add_argument("--out", required=True, help="output folder: library.json, program.json, stats.json, log/")
-    train.add_argument("--group-size", type=int)
-    train.add_argument("--epochs", type=int)
-    train.add_argument("--batch-size", type=int)
+    train.add_argument("--group-size", type=_at_least(1), help="rollouts per example; 1 needs --all-groups")
+    train.add_argument("--all-groups", action="store_true", help="every group reaches the reflection, not only "
+                       "groups with mixed rewards: learns from single rollouts against the ground truth")
+    train.add_argument("--epochs", type=_at_least(1))
+    train.add_argument("--batch-size", type=_at_least(1))
     train.add_argument("--temperature", type=float)
-    train.add_argument("--max-experiences", type=int)
-    train.add_argument("--max-words", type=int)
-    train.add_argument("--num-threads", type=int)
+    train.add_argument("--max-experiences", type=_at_least(1))
+    train.add_argument("--max-words", type=_at_least(1))
+    train.add_argument("--num-threads", type=_at_least(1))
     train.add_argument("--no-ground-truth", action="store_true", help="reward = agreement with the majority answer")
     train.add_argument("--no-summaries", action="store_true",
                        help="extraction reads trajectories instead of per-rollout summaries (fewer calls)")
     train.add_argument("--no-generalize", action="store_true",
                        help="keep proposed lessons that restate their training input instead of rewriting them")
     train.add_argument("--library", help="warm start: begin from this library JSON (its ids are kept)")
-    train.add_argument("--val-n", type=int, help="hold out this many more examples of the source as the selection "
-                       "set (default: the optimizer's val_fraction of the training examples)")
+    train.add_argument("--val-n", type=_at_least(1), help="hold out this many more examples of the source as the "
+                       "selection set (default: the optimizer's val_fraction of the training examples)")
     train.add_argument("--val-fraction", type=float, help="share of the training examples held out for selection "
                        "(0 = no selection: every step's edits are kept, the paper's recipe)")
     train.add_argument("--no-gate", action="store_true", help="keep every step's edits; ship the best scored library")
     train.add_argument("--placement", choices=["instructions", "input", "both"], help="where the lessons go")
     train.add_argument("--top-k", type=_top_k, help="show each call only its k most relevant lessons "
                        f"(default {DEFAULT_TOP_K}; 0 = every lesson, the paper's recipe)")
-    train.add_argument("--max-lm-calls", type=int, help="stop cleanly after this many billed LM calls")
-    train.add_argument("--max-tokens-budget", type=int, help="stop cleanly after this many tokens")
+    train.add_argument("--max-lm-calls", type=_at_least(1), help="stop cleanly after this many billed LM calls")
+    train.add_argument("--max-tokens-budget", type=_at_least(1), help="stop cleanly after this many tokens")
     train.add_argument("--max-cost", type=float, help="stop cleanly after this many USD (where the LM reports cost)")
     train.add_argument("--estimate", action="store_true",
                        help="print the number of calls the run would make; spend nothing")
@@ -107,14 +129,14 @@ def _add_eval_command(sub: Any) -> None:
     _add_program_args(evaluate)
     _add_lm_args(evaluate)
     evaluate.add_argument("--library", help="an experience library JSON to evaluate against no library")
-    evaluate.add_argument("--k", type=int, help="samples per example (default: the task's)")
+    evaluate.add_argument("--k", type=_at_least(1), help="samples per example (default: the task's)")
     evaluate.add_argument("--temperature", type=float, help="sampling temperature (default: the task's)")
     evaluate.add_argument("--placement", choices=["instructions", "input", "both"], default="instructions",
                           help="where the library's lessons go (as in training)")
     evaluate.add_argument("--top-k", type=_top_k, default=DEFAULT_TOP_K,
                           help="show each call only its k most relevant lessons (as in training; "
                           f"default {DEFAULT_TOP_K}, 0 = every lesson)")
-    evaluate.add_argument("--num-threads", type=int, default=4)
+    evaluate.add_argument("--num-threads", type=_at_least(1), default=4)
     evaluate.add_argument("--out", help="write the reports as JSON here")
 
 
@@ -124,10 +146,10 @@ def _add_demo_command(sub: Any) -> None:
     demo.add_argument("--out", default="tfgrpo-demo", help="output folder (resumable log in OUT/log)")
     demo.add_argument("--task", default="tickets", choices=sorted(TASKS), help="the task (default: tickets, "
                       "house rules that only feedback reveals)")
-    demo.add_argument("--train-n", type=int, help="training examples")
-    demo.add_argument("--selection-n", type=int, help="selection examples (libraries must win on them)")
-    demo.add_argument("--heldout-n", type=int, help="held-out examples")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--train-n", type=_at_least(1), help="training examples")
+    demo.add_argument("--selection-n", type=_at_least(1), help="selection examples (libraries must win on them)")
+    demo.add_argument("--heldout-n", type=_at_least(1), help="held-out examples")
+    demo.add_argument("--seed", type=_at_least(0), default=0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -213,9 +235,10 @@ def format_candidates(result: TrainingFreeGRPOResult) -> str:
     return "\n".join(rows)
 
 
-def printable(text: str) -> str:
-    """Lesson texts come from an LM: show control characters (terminal escapes) as visible escapes."""
-    return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text)
+def printable(text: object) -> str:
+    """Lesson texts come from an LM or a file: show control characters and bidi marks as visible escapes."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}" if ord(m.group(0)) < 0x100
+                        else f"\\u{ord(m.group(0)):04x}", str(text))
 
 
 def _print_library(library: ExperienceLibrary) -> None:
@@ -242,7 +265,55 @@ def _train_settings(task: Task, args: argparse.Namespace) -> dict[str, Any]:
         settings.update(generalize_lessons=False)
     if args.no_gate:
         settings.update(gate=False)
+    if args.all_groups:
+        settings.update(informative_only=False)
     return settings
+
+
+def _check_folder(path: str, flag: str) -> Path:
+    """An output folder that exists or can be made: not a file, nor under one."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{flag} {path} is a file, not a folder: give a folder (it is made if missing)")
+    _check_parents(folder, flag)
+    return folder
+
+
+def _check_file(path: str, flag: str) -> Path:
+    """An output file that can be written: not a folder, nor under a file."""
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"{flag} {path} is a folder: give the name of the JSON file to write")
+    _check_parents(target, flag)
+    return target
+
+
+def _check_parents(path: Path, flag: str) -> None:
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{flag} {path}: {parent} is a file, so nothing can be written under it")
+            return
+
+
+def _check_train_args(args: argparse.Namespace, settings: dict[str, Any]) -> ExperienceLibrary | None:
+    """Everything about a training run that can be wrong before it spends a call; returns the warm-start library."""
+    _check_folder(args.out, "--out")
+    checked = TrainingFreeGRPOSettings.from_options(settings)  # a bad value fails here, not after rollouts
+    if checked.group_size == 1 and checked.informative_only:
+        raise ValueError("--group-size 1: a group of one rollout never has mixed rewards, so nothing would be "
+                         "learned; use --group-size 2 or more, or add --all-groups to learn from single rollouts "
+                         "against the ground truth")
+    if checked.group_size == 1 and not checked.ground_truth:
+        raise ValueError("--group-size 1 with --no-ground-truth: a majority of one always agrees with itself, so "
+                         "every reward is the same; use --group-size 2 or more")
+    if args.library is None:
+        return None
+    library = ExperienceLibrary.load(args.library)
+    if len(library) > checked.max_experiences:
+        raise ValueError(f"--library {args.library} holds {len(library)} lessons, more than the run's "
+                         f"max_experiences={checked.max_experiences}: raise --max-experiences or trim the library")
+    return library
 
 
 # -- commands ----------------------------------------------------------------------------------
@@ -263,8 +334,6 @@ def load_examples(load: Any, data: TaskData, what: str) -> list[dspy.Example]:
 
 def _train_data(task: Task, args: argparse.Namespace) -> tuple[list[dspy.Example], list[dspy.Example] | None]:
     """The training examples and, with --val-n, the selection examples that follow them in the source."""
-    if args.val_n is not None and args.val_n < 1:
-        raise ValueError(f"--val-n must be a positive number of examples, got {args.val_n}")
     n = args.n if args.n is not None else task.default_train_n
     if args.val_n is None:
         return load_examples(task.load_trainset, TaskData(source=args.source, n=args.n, seed=args.seed),
@@ -280,11 +349,12 @@ def _train_data(task: Task, args: argparse.Namespace) -> tuple[list[dspy.Example
 
 def cmd_train(args: argparse.Namespace) -> int:
     task = TASKS[args.task]
+    settings = _train_settings(task, args)
+    warm_start = _check_train_args(args, settings)
     program = _make_program(task, args)  # before loading data: a bad option fails fast
     trainset, valset = _train_data(task, args)
     out = Path(args.out)
-    settings = _train_settings(task, args)
-    library = {"initial_library": args.library} if args.library else {}
+    library = {"initial_library": warm_start} if warm_start is not None else {}
     if args.estimate:
         optimizer = TrainingFreeGRPO(metric=task.make_metric(None), seed=args.seed or 0, **library, **settings)
         print(f"{task.name}: {len(trainset)} training examples; {optimizer.estimate(program, trainset, valset)}")
@@ -318,18 +388,22 @@ def _eval_line(name: str, report: EvalReport) -> str:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     task = TASKS[args.task]
+    # Every argument and file is checked before the first evaluation spends a call.
+    out = _check_file(args.out, "--out") if args.out else None
+    library = ExperienceLibrary.load(args.library) if args.library else None
+    k = args.k if args.k is not None else task.eval_defaults.get("k", 1)
+    temperature = args.temperature if args.temperature is not None else task.eval_defaults.get("temperature", 0.0)
+    if not 0 <= temperature <= 2:
+        raise ValueError(f"--temperature must be in [0, 2], got {temperature}")
     program = _make_program(task, args)  # before loading data: a bad option fails fast
     examples = load_examples(task.load_evalset, TaskData(source=args.source, n=args.n, seed=args.seed), "evaluation")
-    k = args.k or task.eval_defaults.get("k", 1)
-    temperature = args.temperature if args.temperature is not None else task.eval_defaults.get("temperature", 0.0)
     policy, reflection = _lms(args)
     dspy.configure(lm=policy)
     metric = task.make_metric(reflection)
     reports = {"no library": evaluate_at_k(program, examples, metric, k=k, temperature=temperature,
                                            num_threads=args.num_threads, lm=policy,
                                            answer_field=task.answer_field)}
-    if args.library:
-        library = ExperienceLibrary.load(args.library)
+    if library is not None:
         reports["with library"] = evaluate_at_k(program, examples, metric, k=k, temperature=temperature,
                                                 num_threads=args.num_threads, lm=policy, library=library,
                                                 placement=args.placement, top_k=args.top_k or None,
@@ -337,8 +411,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(f"{task.name}: {len(examples)} examples, k={k}, temperature={temperature}")
     for name, report in reports.items():
         print(_eval_line(name, report))
-    if args.out:
-        write_json_atomic(Path(args.out), {name: r.to_dict() for name, r in reports.items()})
+    record: dict[str, Any] = {name: r.to_dict() for name, r in reports.items()}
+    if library is not None:
+        # The same examples with and without the library: a paired difference, as the demo reports it.
+        comparison = compare_paired(scores(reports["no library"]), scores(reports["with library"]))
+        print(f"  paired, with library vs without on the same {comparison.n} examples (Mean@{k}): "
+              f"{comparison.verdict()}")
+        record["comparison"] = comparison.to_dict()
+    if out is not None:
+        write_json_atomic(out, record)
     return 0
 
 
@@ -354,7 +435,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.audit:
         print("\naudit log:")
         for entry in library.audit_log:
-            print(f"  step {entry.step}: {entry.op:<6} {entry.status:<7} {printable(entry.detail)}")
+            print(f"  step {entry.step}: {printable(entry.op):<6} {entry.status:<7} {printable(entry.detail)}")
     return 0
 
 
@@ -408,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
         return COMMANDS[args.command](args)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except (ValueError, TypeError, OSError) as exc:  # OSError: a file or folder the system refused
         print(f"tfgrpo {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except TrainingAborted as exc:

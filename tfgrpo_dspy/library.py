@@ -14,67 +14,25 @@ import logging
 import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from tfgrpo_dspy.edits import APPLY_ORDER, OP_KINDS, ApplyReport, AuditEntry, EditOp, parse_experience_id
 from tfgrpo_dspy.jsonio import read_json, write_json_atomic
+from tfgrpo_dspy.library_file import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MAX_TEXT_CHARS,
+    READABLE_VERSIONS,
+    Experience,
+    LibraryFileError,
+    LibraryReader,
+    normalize_text,
+    word_count,
+)
 
 logger = logging.getLogger(__name__)
-
-FORMAT_NAME = "tfgrpo-experience-library"
-FORMAT_VERSION = 2  # 2 added per-lesson counters and sources; version 1 files still load
-READABLE_VERSIONS = (1, 2)
-MAX_TEXT_CHARS = 2000  # a lesson is a sentence; anything longer in a file is not one
-
-
-class LibraryFileError(ValueError):
-    """A library file or dict that is not a valid library; the message names the file and the field."""
-
-
-def normalize_text(text: str) -> str:
-    """One line, single spaces, no lone surrogates (an LM may write them; no prompt or file can hold them):
-    what is rendered is exactly what is stored."""
-    return " ".join(str(text).encode("utf-8", "replace").decode("utf-8").split())
-
-
-def word_count(text: str) -> int:
-    return len(text.split())
-
-
-@dataclass(frozen=True)
-class Experience:
-    """One lesson. ``id`` is assigned once and never reused or renumbered.
-
-    ``sources`` are the training example indices whose groups proposed it; ``uses`` counts the
-    rollouts that applied it, ``helpful`` / ``harmful`` those of them that scored above / below
-    their group's mean.
-    """
-
-    id: int
-    text: str
-    added_step: int | None = None
-    updated_step: int | None = None
-    sources: tuple[int, ...] = ()
-    uses: int = 0
-    helpful: int = 0
-    harmful: int = 0
-
-    @property
-    def label(self) -> str:
-        return f"E{self.id}"
-
-    @property
-    def record(self) -> str:
-        """The counters as the update step reads them."""
-        return f"used {self.uses}x, helpful {self.helpful}, harmful {self.harmful}"
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["sources"] = list(self.sources)
-        return {key: value for key, value in data.items() if value not in (None, [])}
-
 
 @dataclass(frozen=True)
 class LibraryDiff:
@@ -130,10 +88,14 @@ class ExperienceLibrary:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive int or None, got {value!r}")
         given, self.experiences = list(self.experiences), []
+        if self.max_experiences is not None and len(given) > self.max_experiences:
+            raise ValueError(f"{len(given)} lessons, more than max_experiences={self.max_experiences}")
+        seen: set[int] = set()
         for item in given:
             exp = item if isinstance(item, Experience) else Experience(id=self.next_id, text=normalize_text(item))
-            if any(e.id == exp.id for e in self.experiences):
+            if exp.id in seen:
                 raise ValueError(f"duplicate experience id {exp.id}")
+            seen.add(exp.id)
             self.experiences.append(exp)
             self.next_id = max(self.next_id, exp.id + 1)
 
@@ -275,6 +237,8 @@ class ExperienceLibrary:
     def _text_problem(self, text: str, exclude: Sequence[int]) -> str | None:
         if not text:
             return "the edit needs a non-empty text"
+        if len(text) > MAX_TEXT_CHARS:  # the file could not be read back
+            return f"text has {len(text)} characters, more than the {MAX_TEXT_CHARS}-character limit of a lesson"
         if self.max_words is not None and word_count(text) > self.max_words:
             return f"text has {word_count(text)} words, more than max_words={self.max_words}"
         duplicate = next((e for e in self.experiences if e.text.casefold() == text.casefold()
@@ -322,9 +286,9 @@ class ExperienceLibrary:
     @classmethod
     def from_dict(cls, data: Any, *, origin: str = "library") -> ExperienceLibrary:
         """Validate and load a library dict; errors name ``origin`` (a file) and the field."""
-        from tfgrpo_dspy.library_file import LibraryReader  # it builds libraries: imported when needed
-
-        return LibraryReader(origin).read(data)
+        contents = LibraryReader(origin).read(data)
+        return cls(contents.experiences, max_experiences=contents.max_experiences, max_words=contents.max_words,
+                   audit_log=contents.audit_log, next_id=contents.next_id)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the library as indented JSON, atomically."""
@@ -344,6 +308,6 @@ class ExperienceLibrary:
         return cls(list(texts), **caps)
 
 
-__all__ = ["APPLY_ORDER", "OP_KINDS", "ApplyReport", "AuditEntry", "EditOp", "Experience", "ExperienceLibrary",
-           "LibraryDiff", "LibraryFileError", "normalize_text", "parse_experience_id", "read_json", "word_count",
-           "write_json_atomic"]
+__all__ = ["APPLY_ORDER", "FORMAT_NAME", "FORMAT_VERSION", "MAX_TEXT_CHARS", "OP_KINDS", "READABLE_VERSIONS",
+           "ApplyReport", "AuditEntry", "EditOp", "Experience", "ExperienceLibrary", "LibraryDiff", "LibraryFileError",
+           "normalize_text", "parse_experience_id", "read_json", "word_count", "write_json_atomic"]

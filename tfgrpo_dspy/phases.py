@@ -216,6 +216,7 @@ class Phases:
                 except BaseException:
                     stop.set()  # queued work returns at once; results already logged stay logged
                     raise
+        ctx.ledger.check_all_failed()  # a run too small for min_errors must not end a success when nothing worked
         return results
 
 

@@ -76,7 +76,9 @@ class RunLog:
             return False
         previous = self._read_required(path, "the run manifest")
         if not isinstance(previous, dict):
-            raise RunLogError(f"the run manifest {path} is not a JSON object; it is damaged")
+            raise RunLogError(f"the run manifest {path} is not a JSON object; it is damaged. Nothing was run or "
+                              "redone: restore the file to resume this run, or use a new log_dir (--out) to start "
+                              "afresh")
         added = _settings_added_since(previous, manifest)
         if added:
             # A run begun before these settings existed resumes under their current values; the
@@ -142,8 +144,12 @@ class RunLog:
         if self.root is None or not (self.root / "state.json").exists():
             return {}
         state = self._read_required(self.root / "state.json", "the run state")
-        if not isinstance(state, dict) or not isinstance(state.get("completed_steps", 0), int):
-            raise RunLogError(f"the run state {self.root / 'state.json'} is damaged (expected completed_steps)")
+        done = state.get("completed_steps", 0) if isinstance(state, dict) else None
+        if not isinstance(done, int) or isinstance(done, bool) or done < 0:
+            raise RunLogError(f"the run state {self.root / 'state.json'} is damaged (completed_steps is {done!r}, "
+                              "not a step number). Nothing was run or redone: set completed_steps to the last step "
+                              "whose steps/NNNN/ holds step.json and library.json (later steps are redone), or use a "
+                              "new log_dir (--out) to start afresh")
         return state
 
     def completed_steps(self) -> int:

@@ -16,6 +16,8 @@ from typing import Any
 import datasets
 import dspy
 
+from tfgrpo_dspy.kits import datasource
+
 logger = logging.getLogger(__name__)
 
 DAPO_MATH_HUB_ID = "BytedTsinghua-SIA/DAPO-Math-17k"
@@ -32,20 +34,11 @@ DAPO_PREFIX = (
 DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
 OPENCOMPASS_AIME25_CONFIGS = ("AIME2025-I", "AIME2025-II")
 
-_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
-
 
 def load_rows(source: str, *, split: str, config: str | None = None) -> datasets.Dataset:
-    """Rows of ``source`` (hub id, hub-layout folder, or one file; a file has a single split)."""
-    if not isinstance(source, str) or not source.strip():
-        raise ValueError(f"source must be a hub id or a local path, got {source!r}")
-    path = Path(source)
-    if path.is_file():
-        builder = _FILE_BUILDERS.get(path.suffix.lower())
-        if builder is None:
-            raise ValueError(f"source file must be .jsonl, .json or .parquet, got {source!r}")
-        return datasets.load_dataset(builder, data_files=str(path), split="train")
-    return datasets.load_dataset(source, config, split=split)
+    """Rows of ``source`` (hub id, hub-layout folder, or one file; a file has a single split). A local source
+    is read with no network access (`tfgrpo_dspy.kits.datasource`)."""
+    return datasource.load_rows(source, split=split, config=config)
 
 
 def strip_dapo_wrapper(text: str) -> tuple[str, bool]:
@@ -107,9 +100,7 @@ def load_aime24(source: str = AIME24_HUB_ID) -> list[dspy.Example]:
 def load_aime25(source: str = AIME25_HUB_ID) -> list[dspy.Example]:
     """AIME 2025 (30 problems), from ``yentinglin/aime_2025`` (split train) or from
     ``opencompass/AIME2025`` (configs AIME2025-I and AIME2025-II, split test, joined in that order)."""
-    if not Path(source).is_file() and set(OPENCOMPASS_AIME25_CONFIGS) <= set(
-        datasets.get_dataset_config_names(source)
-    ):
+    if not Path(source).is_file() and set(OPENCOMPASS_AIME25_CONFIGS) <= set(datasource.config_names(source)):
         examples = []
         for config in OPENCOMPASS_AIME25_CONFIGS:
             part = _aime_examples(load_rows(source, split="test", config=config), source, dataset="aime25")

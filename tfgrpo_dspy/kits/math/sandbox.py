@@ -18,30 +18,46 @@ The containment comes from util-linux (``unshare``, ``mount``, ``pivot_root``, `
   capability dropped and no_new_privs set. When the host user is root, the code first becomes ``nobody``:
   the kernel does not count root's processes against RLIMIT_NPROC, and root would own (and so read) the
   root-only files inside the exposed directories.
-- Resource limits set in the child before user code runs: address space (RLIMIT_AS), processes
-  (RLIMIT_NPROC, counted per sandbox), CPU seconds, file size (RLIMIT_FSIZE, which also caps captured
-  output), open files, no core dumps. A wall-clock timeout kills the whole namespace; PID 1 enforces it
-  too (``timeout``), so the sandbox ends even if the host process dies during the call.
+- One memory cap for the whole sandbox, ``memory_bytes``, for root and unprivileged users alike, without
+  cgroups (an unprivileged user has none to manage on most machines): the scratch tmpfs gets
+  ``scratch_bytes`` of it, a fixed reserve covers the stage's own small processes and the kernel's
+  bookkeeping, and the rest is split evenly between at most ``max_processes`` processes (RLIMIT_NPROC, which
+  counts processes and threads per sandbox, as each run has a user namespace of its own), each capped at its
+  share by RLIMIT_AS less a reserve for the kernel buffers its descriptors may hold (RLIMIT_NOFILE of them,
+  each pipe or socket at the kernel's default buffer size). So all processes together never exceed the cap.
+  The ways to hold memory outside those limits are closed by a seccomp filter (libseccomp): memfd files,
+  System V shared memory and message queues, io_uring rings, and growing a pipe's or a socket's buffer.
+  Where the kernel does not count the code's processes (root that cannot drop to ``nobody``: the kernel
+  exempts root from RLIMIT_NPROC), nothing caps the sandbox as a whole, and `PythonSandbox.run` refuses,
+  like the unisolated case below.
+- No keyring access: the same filter refuses every keyring call (keyctl, add_key, request_key), so the code
+  can neither read the caller's session keyring, which a child inherits, nor add keys the host would see.
+- Other resource limits set in the child before user code runs: CPU seconds, file size (RLIMIT_FSIZE, which
+  also caps captured output), no core dumps. A wall-clock timeout kills the whole namespace; PID 1 enforces
+  it too (``timeout``), so the sandbox ends even if the host process dies during the call.
 - An audit hook refuses non-Unix sockets from Python code, only to give a clear message; the network
   namespace is the barrier.
 - Output is truncated to ``max_output_chars`` per stream.
 
-Where the kernel allows no namespaces, `PythonSandbox.run` refuses to run code (`SandboxUnavailable`), unless
-the user opts in to running it unisolated: ``PythonSandbox(allow_unsafe=True)`` or the environment variable
-``TFGRPO_SANDBOX_ALLOW_UNSAFE=1``. It never falls back silently.
+Where the kernel allows no namespaces, or no cap on the whole sandbox, `PythonSandbox.run` refuses to run code
+(`SandboxUnavailable`), unless the user opts in to running it uncontained: ``PythonSandbox(allow_unsafe=True)``
+or the environment variable ``TFGRPO_SANDBOX_ALLOW_UNSAFE=1``. It never falls back silently. Unisolated, only
+the per-process limits apply (no seccomp filter, no whole-sandbox cap).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from shutil import which
@@ -53,13 +69,43 @@ NOBODY_UID = 65534
 NOBODY_GID = 65534
 UNSAFE_ENV_VAR = "TFGRPO_SANDBOX_ALLOW_UNSAFE"
 
-# Runs inside the child before the user's code: limits first, then the socket hook, then main.py.
+# Runs inside the child before the user's code: limits first, then the seccomp filter (contained runs), then the
+# socket hook, then main.py. The filter answers EPERM to every call listed in the JSON; a rule with arguments
+# refuses the call only when its arguments equal them (fcntl F_SETPIPE_SZ, setsockopt SOL_SOCKET SO_SNDBUF, ...).
 _BOOTSTRAP = r"""
 import json, resource, signal, socket, sys
-limits = json.loads(sys.argv[1])
-for name, value in limits.items():
+config = json.loads(sys.argv[1])
+for name, value in config["limits"].items():
     resource.setrlimit(getattr(resource, name), (value, value))
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over-size writes raise OSError instead of killing
+
+if config["refuse"] is not None:
+    import ctypes, errno
+    try:
+        seccomp = ctypes.CDLL("libseccomp.so.2")
+    except OSError as err:
+        sys.exit(f"sandbox: cannot load libseccomp ({err}); install libseccomp2")
+    seccomp.seccomp_init.restype = ctypes.c_void_p
+    seccomp.seccomp_init.argtypes = [ctypes.c_uint32]
+    seccomp.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
+                                               ctypes.c_void_p]
+    seccomp.seccomp_load.argtypes = [ctypes.c_void_p]
+
+    class Compare(ctypes.Structure):  # struct scmp_arg_cmp
+        _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("a", ctypes.c_uint64), ("b", ctypes.c_uint64)]
+
+    filter_ = seccomp.seccomp_init(0x7FFF0000)  # SCMP_ACT_ALLOW; other architectures' calls are killed
+    refuse = 0x00050000 | errno.EPERM  # SCMP_ACT_ERRNO(EPERM)
+    for name, equal in config["refuse"]:
+        number = seccomp.seccomp_syscall_resolve_name(name.encode())
+        if number < 0:
+            continue  # no such call on this architecture
+        compares = (Compare * max(1, len(equal)))(*[Compare(arg, 4, value, 0) for arg, value in equal])  # EQ
+        if seccomp.seccomp_rule_add_array(filter_, refuse, number, len(equal), compares) != 0:
+            sys.exit(f"sandbox: cannot add the seccomp rule for {name}")
+    if filter_ is None or seccomp.seccomp_load(filter_) != 0:
+        sys.exit("sandbox: cannot load the seccomp filter")
+    del ctypes, errno, seccomp, Compare, filter_, refuse, name, equal, number, compares
 
 def _refuse_network(event, args, _unix=socket.AF_UNIX):
     # family -1 (unspecified) becomes AF_INET inside _socket, so only an explicit AF_UNIX passes
@@ -67,7 +113,7 @@ def _refuse_network(event, args, _unix=socket.AF_UNIX):
         raise PermissionError("network access is disabled in this sandbox")
 
 sys.addaudithook(_refuse_network)
-del json, resource, signal, socket, limits, _refuse_network
+del json, resource, signal, socket, config, _refuse_network
 sys.argv = ["main.py"]
 import runpy
 runpy.run_path("main.py", run_name="__main__")
@@ -135,6 +181,25 @@ _ETC_PATHS = (
 )
 _DEFAULT_SCRATCH_BYTES = 64 << 20
 _MAX_INODES = 8192  # files in the scratch tmpfs; a tiny inode costs kernel memory the size cap does not count
+_DEFAULT_MAX_PROCESSES = 4
+_MIN_PROCESS_BYTES = 64 << 20  # RLIMIT_AS the interpreter needs to import sympy (its peak is ~55 MiB)
+_MAX_OPEN_FILES = 64
+# Kept from memory_bytes before it is split between processes: the stage's own processes (PID 1 shell,
+# timeout), the scratch tmpfs's inodes and descriptors in flight in unix sockets (RLIMIT_NOFILE per user).
+_STAGE_RESERVE = 16 << 20
+# Calls the seccomp filter refuses (EPERM), with the (argument index, value) pairs that must all match.
+_REFUSED_CALLS: tuple[tuple[str, tuple[tuple[int, int], ...]], ...] = (
+    # Keyrings are not namespaced: the child would inherit the caller's session keyring.
+    ("keyctl", ()), ("add_key", ()), ("request_key", ()),
+    # Memory no RLIMIT_AS counts: RAM files outside the scratch tmpfs, System V segments and queues that
+    # outlive their processes, io_uring rings.
+    ("memfd_create", ()), ("memfd_secret", ()), ("shmget", ()), ("msgget", ()), ("io_uring_setup", ()),
+    # Kernel buffers stay at their default size, which `_kernel_bytes_per_file` reserves per descriptor.
+    ("fcntl", ((1, fcntl.F_SETPIPE_SZ),)),
+    *(("setsockopt", ((1, socket.SOL_SOCKET), (2, option))) for option in (
+        socket.SO_SNDBUF, socket.SO_RCVBUF, getattr(socket, "SO_SNDBUFFORCE", 32),
+        getattr(socket, "SO_RCVBUFFORCE", 33))),
+)  # fmt: skip
 
 _SAFE_ENV_TEMPLATE = {
     "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
@@ -159,13 +224,16 @@ class Isolation:
         namespaces: the namespaced sandbox works here (private root, PID, network, IPC namespaces).
         dropped_uid: the host uid the code runs as when root makes the namespaces (``nobody``); None when it
             runs as the host user, who is root of its user namespace there, without any capability.
-        reason: why the namespaced sandbox does not work (empty when it does).
+        memory_capped: the kernel counts the code's processes against RLIMIT_NPROC, so ``memory_bytes`` caps
+            the sandbox as a whole (not so for root that cannot drop to nobody).
+        reason: why the namespaced sandbox does not work, or why nothing caps it as a whole (empty when all is well).
     """
 
     namespaces: bool
     dropped_uid: int | None = None
     reason: str = ""
     socket_audit_hook: bool = True
+    memory_capped: bool = True
 
     @property
     def pid_namespace(self) -> bool:
@@ -223,19 +291,21 @@ class PythonSandbox:
 
     Attributes:
         timeout_seconds: wall-clock limit of one run.
-        memory_bytes: RLIMIT_AS of the child (virtual memory; the interpreter alone needs ~100 MiB).
-        max_processes: RLIMIT_NPROC of the child: processes and threads of one run.
+        memory_bytes: memory of the whole sandbox, every process and the scratch filesystem together (see the
+            module docstring for how it is split).
+        max_processes: RLIMIT_NPROC of the child: processes and threads of one run together, each capped at an
+            equal share of ``memory_bytes`` (default: 4, fewer when ``memory_bytes`` cannot give each 64 MiB).
         max_file_bytes: RLIMIT_FSIZE: largest file the child may write, captured output included.
         max_output_chars: characters kept of stdout and of stderr each.
         scratch_bytes: size of the RAM-backed filesystem that holds ``/sandbox``, ``/tmp`` and ``/dev/shm``
-            together; at most ``memory_bytes`` (default: 64 MiB, or ``memory_bytes`` if smaller).
+            together, taken from ``memory_bytes`` (default: 64 MiB, or a quarter of ``memory_bytes`` if less).
         allow_unsafe: where namespaces are not available, run code anyway, without isolation (default: refuse;
             also set by ``TFGRPO_SANDBOX_ALLOW_UNSAFE=1``). Where they are available, they are always used.
     """
 
     timeout_seconds: float = 10.0
     memory_bytes: int = 1 << 30
-    max_processes: int = 64
+    max_processes: int | None = None
     max_file_bytes: int = 16 << 20
     max_output_chars: int = 4000
     scratch_bytes: int | None = None
@@ -245,13 +315,30 @@ class PythonSandbox:
         if not self.timeout_seconds > 0:
             raise ValueError(f"timeout_seconds must be > 0, got {self.timeout_seconds!r}")
         if self.scratch_bytes is None and isinstance(self.memory_bytes, int):
-            object.__setattr__(self, "scratch_bytes", min(_DEFAULT_SCRATCH_BYTES, self.memory_bytes))
+            object.__setattr__(self, "scratch_bytes", min(_DEFAULT_SCRATCH_BYTES, self.memory_bytes // 4))
+        budget = self.memory_bytes - self.scratch_bytes - _STAGE_RESERVE if _positive(self.memory_bytes) else 0
+        process_need = _MIN_PROCESS_BYTES + _process_reserve()
+        if self.max_processes is None:
+            object.__setattr__(self, "max_processes", max(1, min(_DEFAULT_MAX_PROCESSES, budget // process_need)))
         for name in ("memory_bytes", "max_processes", "max_file_bytes", "max_output_chars", "scratch_bytes"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
+            if not _positive(value):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if self.scratch_bytes > self.memory_bytes:
             raise ValueError(f"scratch_bytes ({self.scratch_bytes}) must not exceed memory_bytes ({self.memory_bytes})")
+        if self.process_memory_bytes < _MIN_PROCESS_BYTES:
+            raise ValueError(
+                f"memory_bytes ({self.memory_bytes >> 20} MiB for the whole sandbox) less scratch_bytes "
+                f"({self.scratch_bytes >> 20} MiB) and reserves leaves {max(0, self.process_memory_bytes) >> 20} MiB "
+                f"for each of max_processes={self.max_processes}, under the {_MIN_PROCESS_BYTES >> 20} MiB the "
+                "interpreter needs: raise memory_bytes or lower max_processes or scratch_bytes"
+            )
+
+    @property
+    def process_memory_bytes(self) -> int:
+        """RLIMIT_AS of each process: its share of the whole cap, less what its descriptors may hold in the kernel."""
+        budget = self.memory_bytes - self.scratch_bytes - _STAGE_RESERVE
+        return budget // self.max_processes - _process_reserve()
 
     @property
     def isolation(self) -> Isolation:
@@ -273,6 +360,14 @@ class PythonSandbox:
                     f"or opt in to running it unisolated: PythonSandbox(allow_unsafe=True) or {UNSAFE_ENV_VAR}=1"
                 )
             logger.warning("Running agent code WITHOUT isolation (allow_unsafe): %s", isolation.reason)
+        elif not isolation.memory_capped:
+            if not self.allow_unsafe:
+                raise SandboxUnavailable(
+                    f"cannot cap the sandbox's memory as a whole on this machine ({isolation.reason}); run as a "
+                    "user other than root, or as a root that has the uid nobody, or opt in to running it with "
+                    f"per-process limits only: PythonSandbox(allow_unsafe=True) or {UNSAFE_ENV_VAR}=1"
+                )
+            logger.warning("Running agent code WITHOUT a whole-sandbox memory cap (allow_unsafe): %s", isolation.reason)
         return self._run(code, isolation)
 
     def __call__(self, code: str) -> str:
@@ -313,7 +408,7 @@ class PythonSandbox:
         command = [
             "unshare", *namespaces, "--",
             "sh", "-c", _STAGE, "stage", *stage_args, *_exposed_paths(), "--",
-            *(_BECOME_NOBODY if as_nobody else ()), *confine, *self._python_command(),
+            *(_BECOME_NOBODY if as_nobody else ()), *confine, *self._python_command(contained=True),
         ]  # fmt: skip
         return command, workspace, {**_SAFE_ENV_TEMPLATE, "HOME": "/sandbox", "TMPDIR": "/tmp"}
 
@@ -322,18 +417,22 @@ class PythonSandbox:
         workdir = workspace / "work"
         workdir.mkdir()
         (workspace / "main.py").rename(workdir / "main.py")
-        return self._python_command(), workdir, {**_SAFE_ENV_TEMPLATE, "HOME": str(workdir), "TMPDIR": str(workdir)}
+        env = {**_SAFE_ENV_TEMPLATE, "HOME": str(workdir), "TMPDIR": str(workdir)}
+        return self._python_command(contained=False), workdir, env
 
-    def _python_command(self) -> list[str]:
+    def _python_command(self, contained: bool) -> list[str]:
         limits = {
-            "RLIMIT_AS": self.memory_bytes,
+            "RLIMIT_AS": self.process_memory_bytes,
             "RLIMIT_NPROC": self.max_processes,
             "RLIMIT_CPU": int(self.timeout_seconds) + 1,
             "RLIMIT_FSIZE": self.max_file_bytes,
-            "RLIMIT_NOFILE": 256,
+            "RLIMIT_NOFILE": _MAX_OPEN_FILES,
             "RLIMIT_CORE": 0,
+            "RLIMIT_MEMLOCK": 0,  # locked memory (a pinned io_uring or secret memory) is memory no one else can count
+            "RLIMIT_MSGQUEUE": 0,  # POSIX message queues live in the kernel, outside every other limit
         }
-        return [sys.executable, "-I", "-c", _BOOTSTRAP, json.dumps(limits)]
+        config = {"limits": limits, "refuse": _REFUSED_CALLS if contained else None}
+        return [sys.executable, "-I", "-c", _BOOTSTRAP, json.dumps(config)]
 
     def _execute(
         self, command: list[str], cwd: Path, env: dict[str, str], stdout: BinaryIO, stderr: BinaryIO, contained: bool
@@ -360,6 +459,30 @@ class PythonSandbox:
             _kill_group(process.pid)
             process.wait()
         return exit_code, timed_out, time.monotonic() - started
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+@lru_cache(maxsize=1)
+def _kernel_bytes_per_file() -> int:
+    """What one descriptor may hold in kernel buffers at their default size (growing them is refused).
+
+    A socket's queued data is charged to its sender's buffer (net.core.wmem_default), plus one packet of
+    overshoot; a pipe holds 16 pages. The default buffer sizes are per network namespace, copied from the host's.
+    """
+    sizes = []
+    for name in ("wmem_default", "rmem_default"):
+        try:
+            sizes.append(int(Path(f"/proc/sys/net/core/{name}").read_text()))
+        except (OSError, ValueError):
+            sizes.append(212_992)  # the kernel's own default
+    return max(*sizes, 16 * os.sysconf("SC_PAGE_SIZE")) + (64 << 10)
+
+
+def _process_reserve() -> int:
+    return _MAX_OPEN_FILES * _kernel_bytes_per_file()
 
 
 def _exposed_paths() -> list[str]:
@@ -412,7 +535,8 @@ def probe_isolation() -> Isolation:
     """Find out once how the namespaced sandbox works here, by trial runs (kernels and containers differ).
 
     Root tries running the code as nobody first; a "root" that is itself inside a user namespace may lack
-    that uid, and then tries the unprivileged way.
+    that uid, and then tries the unprivileged way, where the kernel does not count its processes: that way
+    isolates, but nothing caps the sandbox as a whole (`Isolation.memory_capped` is False).
     """
     missing = [tool for tool in _TOOLS if which(tool, path=_SAFE_ENV_TEMPLATE["PATH"]) is None]
     if missing:
@@ -422,21 +546,47 @@ def probe_isolation() -> Isolation:
         candidates.insert(0, Isolation(namespaces=True, dropped_uid=NOBODY_UID))
     failures = []
     for candidate in candidates:
-        failure = _trial_failure(candidate)
-        if failure is None:
-            return candidate
-        failures.append(failure)
+        outcome = trial_run(candidate)
+        if isinstance(outcome, Isolation):
+            if not outcome.memory_capped:
+                logger.warning("Python sandbox cannot cap its memory as a whole here: %s", outcome.reason)
+            return outcome
+        failures.append(outcome)
     return _unavailable("; ".join(dict.fromkeys(failures)))
 
 
-def _trial_failure(isolation: Isolation) -> str | None:
-    """Why a trial run under ``isolation`` fails (None: it works)."""
+# The trial: it must run, and with max_processes=2 its second child must be refused.
+_TRIAL = """
+import os, signal
+children = []
+try:
+    for _ in range(2):
+        pid = os.fork()
+        if pid == 0:
+            signal.pause()  # killed below
+        children.append(pid)
+except OSError:
+    pass
+for pid in children:
+    os.kill(pid, signal.SIGKILL)
+print("contained", len(children))
+"""
+
+
+def trial_run(isolation: Isolation) -> Isolation | str:
+    """Run a trial under ``isolation``: the isolation as it works here (`Isolation.memory_capped` measured),
+    or why it fails."""
     try:
-        trial = PythonSandbox(timeout_seconds=30)._run("print('contained')", isolation)
+        trial = PythonSandbox(timeout_seconds=30, max_processes=2)._run(_TRIAL, isolation)
     except OSError as err:
         return f"cannot start unshare: {err}"
-    if trial.stdout.strip() == "contained":
-        return None
+    words = trial.stdout.split()
+    if len(words) == 2 and words[0] == "contained":
+        if words[1] == "1":
+            return isolation
+        return replace(isolation, memory_capped=False, reason="the kernel does not count root's processes against "
+                       "RLIMIT_NPROC, so nothing bounds how many processes, each with its share of memory_bytes, "
+                       "the code may start")
     lines = trial.stderr.strip().splitlines()
     return lines[-1] if lines else f"trial run failed with exit code {trial.exit_code}"
 

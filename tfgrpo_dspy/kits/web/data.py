@@ -16,6 +16,8 @@ from typing import Any
 
 import dspy
 
+from tfgrpo_dspy.kits import datasource
+
 logger = logging.getLogger(__name__)
 
 HUB_ID = "callanwu/WebWalkerQA"
@@ -24,7 +26,6 @@ DIFFICULTIES = ("easy", "medium", "hard")
 # The reference draws subsets easy:medium:hard = 4:7:6, the proportions of the main split.
 DIFFICULTY_RATIO: Mapping[str, int] = {"easy": 4, "medium": 7, "hard": 6}
 REQUIRED_KEYS = ("question", "answer", "root_url")
-_FILE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
 def load_webwalkerqa(source: str | None = None, split: str = "main") -> list[dspy.Example]:
@@ -54,23 +55,15 @@ def load_webwalkerqa(source: str | None = None, split: str = "main") -> list[dsp
 
 
 def _read_rows(source: str, split: str) -> Iterable[Mapping[str, Any]]:
-    import datasets  # heavy import, only when loading
-
     if not isinstance(source, str) or not source.strip():
         raise ValueError(f"source must be a hub id or a local path, got {source!r}")
     path = Path(source).expanduser()
-    if path.is_file():
-        file_format = _FILE_FORMATS.get(path.suffix.lower())
-        if file_format is None:
-            raise ValueError(f"source file must be .jsonl, .json or .parquet, got {path.name!r}")
-        return datasets.load_dataset(file_format, data_files=str(path), split="train")
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    if path.is_dir():
-        return datasets.load_dataset(str(path), split=split)
-    if source.count("/") != 1 or source.startswith((".", "/", "~")):
-        raise ValueError(f"source {source!r} is neither an existing file or folder nor a hub id (owner/name)")
-    return datasets.load_dataset(source, split=split)
+    if not path.is_file():
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if not path.is_dir() and (source.count("/") != 1 or source.startswith((".", "/", "~"))):
+            raise ValueError(f"source {source!r} is neither an existing file or folder nor a hub id (owner/name)")
+    return datasource.load_rows(source, split=split)  # a local file or folder: no network access
 
 
 def row_to_example(row: Mapping[str, Any], index: int = 0) -> dspy.Example | None:

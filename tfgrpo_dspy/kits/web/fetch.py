@@ -9,8 +9,9 @@ in the Host header and TLS SNI, so a second DNS answer (DNS rebinding) cannot re
 
 Bodies are streamed and cut at a byte budget, counted both on the wire and after
 decompression (decoded here, chunk by chunk, so a small compressed bomb never expands in
-memory; stacked content encodings are refused). The whole fetch, redirects included, has
-one deadline. Every failure is a `FetchError`.
+memory; stacked content encodings are refused). The whole fetch, redirects, headers and body
+included, has one wall-clock deadline: httpx's timeouts are per read, so a watchdog shuts the
+connection when the deadline passes, however slowly the server trickles. Every failure is a `FetchError`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable
@@ -165,7 +167,9 @@ class SafeFetcher:
     def client(self) -> httpx.Client:
         if self._client is None:
             # Redirects are followed by hand so that every hop is checked; no proxies from the environment.
-            self._client = httpx.Client(follow_redirects=False, trust_env=False)
+            # No kept-alive connections: each request connects anew, so its watchdog holds its socket.
+            self._client = httpx.Client(follow_redirects=False, trust_env=False,
+                                        limits=httpx.Limits(max_keepalive_connections=0))
         return self._client
 
     def __enter__(self) -> SafeFetcher:
@@ -265,19 +269,29 @@ class SafeFetcher:
             "Accept": "text/html",
             "Accept-Encoding": ACCEPT_ENCODING,  # only what `_BoundedDecoder` decodes
         }
-        extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
         remaining = deadline - time.monotonic()
+        timed_out = f"timed out after {self.policy.timeout_s:g}s fetching {url}"
         if remaining <= 0:
-            raise FetchError(f"timed out after {self.policy.timeout_s:g}s fetching {url}")
-        try:
-            request = self.client.build_request(
-                "GET", pinned, headers=headers, timeout=remaining, extensions=extensions
-            )
-            response = self.client.send(request, stream=True)
-        except httpx.TimeoutException as err:
-            raise FetchError(f"timed out after {self.policy.timeout_s:g}s fetching {url}") from err
-        except (httpx.HTTPError, httpx.InvalidURL) as err:
-            raise FetchError(f"could not fetch {url}: {type(err).__name__}: {err}") from err
+            raise FetchError(timed_out)
+        with _Watchdog(remaining) as watchdog:
+            extensions: dict[str, object] = {"trace": watchdog.trace}
+            if url.scheme == "https":
+                extensions["sni_hostname"] = url.host
+            try:
+                request = self.client.build_request(
+                    "GET", pinned, headers=headers, timeout=remaining, extensions=extensions
+                )
+                response = self.client.send(request, stream=True)
+            except (httpx.HTTPError, httpx.InvalidURL) as err:
+                if watchdog.fired or isinstance(err, httpx.TimeoutException):
+                    raise FetchError(timed_out) from err
+                raise FetchError(f"could not fetch {url}: {type(err).__name__}: {err}") from err
+            outcome = self._read_response(url, response, deadline)
+            if watchdog.fired:  # a shut connection can look like the end of a body
+                raise FetchError(timed_out)
+        return outcome
+
+    def _read_response(self, url: httpx.URL, response: httpx.Response, deadline: float) -> FetchedPage | str:
         try:
             if response.status_code in REDIRECT_CODES:
                 location = response.headers.get("location")
@@ -294,6 +308,8 @@ class SafeFetcher:
         except httpx.TimeoutException as err:
             raise FetchError(f"timed out after {self.policy.timeout_s:g}s fetching {url}") from err
         except (httpx.HTTPError, httpx.StreamError) as err:
+            if time.monotonic() >= deadline:  # the watchdog shut the connection
+                raise FetchError(f"timed out after {self.policy.timeout_s:g}s fetching {url}") from err
             raise FetchError(f"could not read {url}: {type(err).__name__}: {err}") from err
         finally:
             response.close()
@@ -313,6 +329,51 @@ class SafeFetcher:
             if time.monotonic() > deadline:  # a slow drip never trips the per-read timeout
                 raise FetchError(f"timed out after {self.policy.timeout_s:g}s reading {url}")
         return decoder.finish(), False
+
+
+class _Watchdog:
+    """Shuts a request's connection once its time is up, wherever the request is (connect, TLS, headers, body).
+
+    httpx's timeouts bound each read, not the request: a server sending a header byte every 0.3 s would hold a
+    fetch forever. httpcore's trace hook hands over each new connection's socket; a timer shuts it at the deadline,
+    so the blocked read returns at once and the fetch fails with a time out.
+    """
+
+    def __init__(self, seconds: float):
+        self.fired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Watchdog:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def trace(self, event: str, info: dict) -> None:
+        if event != "connection.connect_tcp.complete":
+            return
+        sock = info["return_value"].get_extra_info("socket")
+        with self._lock:
+            self._sockets.append(sock)
+            if self.fired:  # connected just after the deadline
+                _shut(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed
 
 
 class _BoundedDecoder:
