@@ -11,9 +11,10 @@ Sampled rollouts go to the 4-slot batched server, which reuses cached prefixes i
 
 1. The machine's rates at the start: llama.cpp's own prompt-eval and decode timings for one fixed request.
 2. Each call kind (a greedy tickets call, a sampled tickets rollout in a group of 4, a GSM8K ChainOfThought call,
-   reflection calls on a tickets group): prompt tokens, tokens reused from the cache, tokens evaluated, tokens
-   decoded, llama.cpp's prompt-eval and decode milliseconds, the wall time, the ideal time from the rates of step 1
-   (evaluated tokens / prompt rate + decoded tokens / decode rate) and measured / ideal.
+   an extraction on a tickets group, an induction over 4 failed tickets): prompt tokens, tokens reused from the
+   cache, tokens evaluated, tokens decoded, llama.cpp's prompt-eval and decode milliseconds, the wall time, the
+   ideal time from the rates of step 1 (evaluated tokens / prompt rate + decoded tokens / decode rate) and
+   measured / ideal.
 3. Held-out evaluation as the demo runs it (4 threads, greedy): tickets and GSM8K problems once with the whole prompt
    and twice with prefix reuse, chunk by chunk in rotating order (drift hits all runs alike); the answers that
    changed between the two prefix-reuse runs (flips) and the speed-up.
@@ -41,6 +42,7 @@ from typing import Any
 import dspy
 
 from tfgrpo_dspy.evaluation import evaluate_at_k
+from tfgrpo_dspy.induction import Failure, InductionSet, format_failures
 from tfgrpo_dspy.jsonio import read_json, write_json_atomic
 from tfgrpo_dspy.kits.math.data import gsm8k_splits
 from tfgrpo_dspy.kits.tickets.generator import generate_tickets
@@ -61,7 +63,6 @@ RESULTS = Path(__file__).parent / "results"
 SETTINGS = {"whole prompt": ({"greedy_prefix_reuse": False}, CHAT_ADAPTER_END_MARKER),
             "prefix reuse": ({"greedy_prefix_reuse": True}, CHAT_ADAPTER_STOP)}
 SEED = 7  # tickets and GSM8K rows for timing only: no figure here chooses a default or reports accuracy
-CALIBRATION_PROMPT = " ".join(f"Item {i}: a crate of {i + 3} apples weighs {2 * i + 5} kg." for i in range(30))
 
 
 @dataclass(frozen=True)
@@ -117,18 +118,8 @@ class Setting:
 
 
 def calibrate(setting: Setting) -> dict[str, float]:
-    """The machine's prompt-eval and decode rates now, from llama.cpp's timings of one request from scratch."""
-    server = setting.registry.get(setting.engine.greedy_settings)
-    rates = {}
-    for _ in range(2):  # the first request also pages the weights in
-        raw = server.handle_chat_completions({"messages": [{"role": "user", "content": CALIBRATION_PROMPT}],
-                                              "max_tokens": 64, "ignore_eos": True, "temperature": 0.0,
-                                              "cache_prompt": False})
-        timings = raw["timings"]
-        rates = {"prompt_tokens_per_s": round(1000 * timings["prompt_n"] / timings["prompt_ms"], 2),
-                 "decode_tokens_per_s": round(1000 * timings["predicted_n"] / timings["predicted_ms"], 2),
-                 "prompt_tokens": timings["prompt_n"], "decoded_tokens": timings["predicted_n"]}
-    return rates
+    """The machine's prompt-eval and decode rates now (`LlamaCppEngine.measure_speed`)."""
+    return asdict(setting.engine.measure_speed())
 
 
 # -- the call kinds ------------------------------------------------------------------------------------
@@ -169,6 +160,26 @@ def reflection_call(setting: Setting, examples: list[dspy.Example]) -> Callable[
                                  max_lessons=1, max_words=32)
 
     return extract
+
+
+def induction_calls(setting: Setting, kind: str, examples: list[dspy.Example], draws: int = 3) -> list[float]:
+    """Induction draws (sampled, so on the batched server in both settings) over sets of 4 tickets sharing their
+    queue, the draws of a set one after another as the optimizer's threads send them."""
+    setting.label(kind)
+    by_queue: dict[str, list[int]] = {}
+    for index, example in enumerate(examples):
+        by_queue.setdefault(example.queue, []).append(index)
+    sets = [InductionSet(tuple(Failure(i, f"queue: {q}", "") for i in members[:4]), True)
+            for q, members in sorted(by_queue.items()) if len(members) >= 4]
+    reflector = Reflector(setting.lm, max_retries=0, max_tokens=768)
+    walls = []
+    for induction_set in sets[:2]:
+        text = format_failures(induction_set, lambda i: examples[i].inputs().toDict())
+        for draw in range(draws):
+            started = time.perf_counter()
+            reflector.induce(text, draw, 0.9)
+            walls.append(time.perf_counter() - started)
+    return walls
 
 
 def sampled_groups(setting: Setting, kind: str, examples: list[dspy.Example], group_size: int = 4
@@ -273,6 +284,9 @@ def measure_kinds(settings: dict[str, Setting], calls: list[ServerCall], rates: 
     sampler = settings["prefix reuse"]  # sampled rollouts go to the same kind of batched server in both settings
     walls, groups = sampled_groups(sampler, sampled, ticket_rows[:3])
     rows.append(kind_row(sampled, sampler.name, walls, calls, rates))
+    induced = "reflection: induce a rule from 4 failed tickets (sampled)"
+    walls = induction_calls(sampler, induced, tickets(40))
+    rows.append(kind_row(induced, sampler.name, walls, calls, rates))
     reflection_groups = [groups[0], *groups]  # the first call warms the prefix
     kinds = [("tickets, greedy Predict", ticket_rows, lambda st: greedy_call(make_program(), queue_match)),
              ("reflection: extract a lesson from a tickets group", reflection_groups,

@@ -4,6 +4,11 @@ One input cannot show a rule (a house rule, a convention) that only a few inputs
 answer reveal together; a small reflector that sees several at once can name what they share. Its
 rules are only candidates: each is re-run on training examples before it may enter the library
 (`tfgrpo_dspy.verification`). Plain text in, two short fields out: the format a 1.5B model follows.
+Measured on the failure sets of a development run (train seed 11, 15 draws per variant): showing the
+program's wrong answers made the 1.5B model write rules about the program ("When the program answered
+field-ops, ...") and copy a header that stated the shared answer; the inputs with their correct answers
+alone gave the most rules about the inputs ("the customer disputes a payment", "a subscription
+cancellation"), and asking for the shared answer as the action put it in 13 of 15 rules (a few without it).
 """
 
 import dspy
@@ -12,10 +17,9 @@ import dspy
 class InduceLesson(dspy.Signature):
     """An AI program answered every input below wrong. Find what these inputs have in common, and write
     one rule that would make the program answer them, and new inputs like them, correctly: a condition
-    to look for in an input, and what to do then. Write the condition in general words that fit new
-    inputs too, not names, numbers or sentences copied from these inputs."""
+    to look for in an input, and what to do then. Describe the inputs, not the program."""
 
-    failures: str = dspy.InputField(desc="the inputs, each with its correct answer and what the program answered")
-    condition: str = dspy.OutputField(desc="what each of these inputs has that says the rule applies, e.g. 'the "
-                                      "input asks to ...'")
-    action: str = dspy.OutputField(desc="what the program should do or answer when the condition holds")
+    failures: str = dspy.InputField(desc="the inputs the program got wrong, and their correct answers")
+    condition: str = dspy.OutputField(desc="what these inputs ask for or are about, in a few general words")
+    action: str = dspy.OutputField(desc="what the program should answer then; when the inputs share one correct "
+                                   "answer, that answer")

@@ -66,6 +66,7 @@ def comparable(compiled):
     stats = [s.to_dict() for s in compiled.tfgrpo_result.steps]
     for s in stats:
         s.pop("wall_time_s")
+        s.pop("phase_seconds")  # clock times, like wall_time_s
     return compiled.experience_library.to_dict(), stats
 
 

@@ -5,7 +5,8 @@ share their right answer, never in one. So the step's failures (examples where t
 reference) are put in sets of a few (`induction_sets`): first examples with the same reference, then,
 for what is left (open answers, rare labels), each failure with its nearest neighbours by input text.
 Each set is shown to the reflection LM as plain text (`format_failures`) and sampled ``num_candidates``
-times. What comes back is only a candidate: `tfgrpo_dspy.verification` decides by re-running it.
+times; a lesson keeps the first sentence of each part (`first_sentence`: the model's rationale after it is
+not a lesson). What comes back is only a candidate: `tfgrpo_dspy.verification` decides by re-running it.
 """
 
 from __future__ import annotations
@@ -125,18 +126,25 @@ def _neighbour_sets(failures: Sequence[Failure], task_text: Callable[[int], str]
 
 
 def format_failures(induction_set: InductionSet, inputs: Callable[[int], dict[str, Any]]) -> str:
-    """The set as plain text: each input's fields, its correct answer and what the program answered."""
+    """The set as plain text: each input's fields and its correct answer (one line at the end when they share
+    it). The program's wrong answers are left out: shown, they drew the 1.5B model's rules to the program
+    (see `tfgrpo_dspy.signatures.induce`)."""
     blocks = []
-    if induction_set.shared:
-        blocks.append(f"All of these inputs have the same correct answer: {induction_set.failures[0].reference}")
     for number, failure in enumerate(induction_set.failures, start=1):
         fields = "\n".join(f"{name}: {as_text(value)}" for name, value in inputs(failure.example_index).items())
-        lines = [f"### Input {number}", fields]
-        if not induction_set.shared:
-            lines.append(f"Correct answer: {failure.reference}")
-        lines.append(f"The program answered (wrong): {failure.answer}")
-        blocks.append("\n".join(lines))
+        answer = "" if induction_set.shared else f"\nCorrect answer: {failure.reference}"
+        blocks.append(f"### Input {number}\n{fields}{answer}")
+    if induction_set.shared:
+        blocks.append(f"Correct answer for each of these inputs: {induction_set.failures[0].reference}")
     return "\n\n".join(blocks)
+
+
+def first_sentence(text: str) -> str:
+    """The text up to its first sentence end (a period, ! or ? then a space or the end; not in "e.g.")."""
+    for match in re.finditer(r"(?<=[A-Za-z0-9)\]\"'])[.!?](?=\s|$)", text):
+        if not re.search(r"\b(?:e\.g|i\.e|etc|vs)$", text[: match.start()], re.IGNORECASE):
+            return text[: match.start()]
+    return text
 
 
 def _outputs_text(outputs: dict[str, Any] | None) -> str:

@@ -110,7 +110,9 @@ class StepLoop:
         started = time.perf_counter()
         ledger_before = dict(self.ctx.ledger.by_role)
         s, phases = self.ctx.settings, self.phases
+        clock = PhaseClock()
         groups = phases.sample(step, self.library, indices)
+        clock.lap("rollouts")
         reflected = [g for g in groups if self.reflects_on(g)]
         summaries = phases.summarize(step, reflected, self.library) if s.summarize else {}
         proposals = phases.extract(step, reflected, summaries, self.library)
@@ -120,6 +122,7 @@ class StepLoop:
             what = "lesson extraction and induction" if inductions else "lesson extraction"
             raise StopRun(f"step {step}: every {what} failed ({reflections[0].error}); rerun to redo the step's "
                           "reflection")
+        clock.lap("reflection")
         self.library.credit(credit_outcomes(reflected, summaries, proposals))
         pruned = self.library.prune(margin=s.prune_margin, min_uses=s.min_uses, step=step)
         checks: list[LessonCheck] = []
@@ -128,8 +131,10 @@ class StepLoop:
             candidate = self.library.copy()
             reports = [add_verified(candidate, checks, step)]
             decisions, clusters = [], []
+            clock.lap("verification")
         else:
             candidate, reports, decisions, clusters = phases.update(step, proposals, self.library)
+            clock.lap("reflection")
         edits = [Edit(EditOp(op=e.op, id=e.id, ids=list(e.ids) if e.ids else None, text=e.text, reason=e.reason),
                       candidate[e.result_id].sources if e.result_id in candidate else ())
                  for report in reports for e in report.applied if e.op != "keep"]
@@ -141,6 +146,7 @@ class StepLoop:
             if self.selector.fingerprint(self.library) not in seen:  # pruning changed it, or nothing was scored
                 outcome.candidates.append(self._end_candidate(step))
         self.candidates += outcome.candidates
+        clock.lap("selection")
 
         spent = {role: self.ctx.ledger.by_role[role] - ledger_before[role] for role in ledger_before}
         rollouts = [r for g in groups for r in g.rollouts]
@@ -163,7 +169,8 @@ class StepLoop:
             library_tokens=self.library.approx_tokens(), tool_calls=sum(r.tool_calls for r in rollouts),
             policy_usage=spent["policy"], reflection_usage=spent["reflection"],
             verification_usage=spent["verification"], selection_usage=spent["selection"],
-            wall_time_s=round(time.perf_counter() - started, 3), candidates=tuple(outcome.candidates))
+            wall_time_s=round(time.perf_counter() - started, 3), candidates=tuple(outcome.candidates),
+            phase_seconds=clock.seconds)
         self.steps.append(stats)
         audit = [e.to_dict() for r in reports for e in r.entries] + [e.to_dict() for e in pruned.entries]
         self.ctx.log.finish_step(step, {**stats.to_dict(), "audit": audit}, self.library)
@@ -187,6 +194,19 @@ class StepLoop:
         score = self.selector.score(self.library, f"after step {step}")
         return candidate_record(step, f"after step {step}", self.library, score, True,
                                 "the library kept after the step")
+
+
+class PhaseClock:
+    """Wall seconds spent in each phase of a step (a phase timed twice adds up)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._mark = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] = round(self.seconds.get(phase, 0.0) + now - self._mark, 3)
+        self._mark = now
 
 
 def add_verified(candidate: ExperienceLibrary, checks: list[LessonCheck], step: int) -> ApplyReport:

@@ -25,7 +25,14 @@ from typing import Any, TypeVar
 import tqdm
 
 from tfgrpo_dspy.context import RunContext
-from tfgrpo_dspy.induction import Induction, InductionSet, failures_of, format_failures, induction_sets
+from tfgrpo_dspy.induction import (
+    Induction,
+    InductionSet,
+    failures_of,
+    first_sentence,
+    format_failures,
+    induction_sets,
+)
 from tfgrpo_dspy.injection import with_experiences
 from tfgrpo_dspy.lessons import LessonCluster, cluster_lessons, render_lesson
 from tfgrpo_dspy.library import ApplyReport, ExperienceLibrary
@@ -148,7 +155,7 @@ class Phases:
         raw, error, usage = ctx.reflector.induce(text, sample, ctx.settings.induction_temperature)
         if raw is None:
             return Induction(sources, sample, error=error, usage=usage)
-        lesson = render_lesson(raw.condition, raw.action)
+        lesson = render_lesson(first_sentence(raw.condition), first_sentence(raw.action))
         written = f"condition: {raw.condition} | action: {raw.action}"
         if not lesson:
             return Induction(sources, sample, raw=written, dropped_because="empty part", usage=usage)

@@ -89,6 +89,7 @@ class StepStats:
     lessons_checked: int = 0  # distinct candidates verified on training examples
     lessons_verified: int = 0  # ... that fixed more than they broke, by the margin
     verification_usage: Usage = field(default_factory=Usage)
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # rollouts, reflection, verification, selection
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}

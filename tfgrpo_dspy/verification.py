@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import dspy
+import tqdm
 
 from tfgrpo_dspy.accounting import Ledger
 from tfgrpo_dspy.injection import collect_shown_lessons, with_experiences
@@ -142,9 +143,12 @@ class Verifier:
                 score = rollout.score if rollout.scored else s.failure_score
                 return Trial(score, tuple(sorted(shown))), rollout
 
-            for index, (result, rollout) in map_in_threads(trial, todo, s.num_threads):
-                known[index] = result
-                self.ledger.record(ROLE, rollout.usage, rollout.error or rollout.metric_error, "verification")
+            with tqdm.tqdm(total=len(todo), desc=f"verification ({len(library)} lessons)", leave=False,
+                           disable=not s.progress) as bar:
+                for index, (result, rollout) in map_in_threads(trial, todo, s.num_threads):
+                    bar.update(1)
+                    known[index] = result
+                    self.ledger.record(ROLE, rollout.usage, rollout.error or rollout.metric_error, "verification")
             self.cache.save(fingerprint, library)
         return {i: known[i] for i in indices}
 

@@ -1,0 +1,227 @@
+"""Does a default compile on the embedded model learn lessons that help, on fresh held-out data? (issue 27)
+
+Tickets: the demo's compile (`tfgrpo_dspy.demo.demo_optimizer`: 24 training and 16 selection tickets of the
+train split, seed 0) and five programs scored greedily on the same held-out tickets (the held-out split,
+seed 1000, which no default was chosen on; 300 by default):
+
+    none         the program without lessons
+    learned      the compiled program: the library the run shipped, top 1 per ticket (the default)
+    control      one lesson naming the training set's most frequent right answer ("When unsure, answer X."):
+                 what shifting answers toward a common label alone does
+    rules@top1   the ten true house rules, the most relevant one per ticket (the ceiling)
+    placebo@top1 ten neutral sentences, one per ticket
+
+GSM8K (with ``--gsm8k PATH``): a default compile on 32 training and 20 selection rows of the file, and the
+program with and without the shipped library on 100 held-out rows after them (seeded, disjoint, rows no
+default was chosen on). Each pair is compared problem by problem: the difference with its paired 95%
+interval, won / lost and the exact sign test; "better" needs both.
+
+    python benchmarks/verified_lessons.py                                   # tickets, results/verified_lessons.*
+    python benchmarks/verified_lessons.py --gsm8k /work/shared/data/gsm8k/train.jsonl --tasks gsm8k
+
+Everything is resumable: the compiles keep their run logs and every evaluation saves each answer
+(``results/verified_lessons.runs/``); rerunning the command continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from tfgrpo_dspy import ExperienceLibrary
+from tfgrpo_dspy.demo import demo_optimizer, machine_speed
+from tfgrpo_dspy.evaluation import EvalReport, evaluate_at_k
+from tfgrpo_dspy.jsonio import read_json, write_json_atomic
+from tfgrpo_dspy.kits.tickets.generator import HOUSE_RULES, PLACEBO_LESSONS, generate_tickets
+from tfgrpo_dspy.kits.tickets.task import TICKETS
+from tfgrpo_dspy.lm import make_lm
+from tfgrpo_dspy.stats import compare_paired
+
+logger = logging.getLogger(__name__)
+
+RESULTS = Path(__file__).parent / "results"
+HELDOUT_SEED = 1000  # tickets no default was chosen on (the seed-0 held-out tickets chose top_k)
+GSM8K_SIZES = {"train": 32, "selection": 20, "test": 100}
+GSM8K_SEED = 2026  # a split of its own: the lessons study and compare.py used seed 0
+
+
+def evaluate(name: str, program: dspy.Module, examples: list, metric, store: Path, lm: dspy.LM, answer_field: str,
+             library: ExperienceLibrary | None = None) -> EvalReport:
+    started = time.perf_counter()
+    report = evaluate_at_k(program, examples, metric, k=1, temperature=0.0, num_threads=4, lm=lm, library=library,
+                           top_k=1, answer_field=answer_field, checkpoint_dir=store / name)
+    logger.info("%s: %.1f%% (%.0f s)", name, 100 * report.mean_at_k, time.perf_counter() - started)
+    return report
+
+
+def scores(report: EvalReport) -> list[float]:
+    return [e.mean_score for e in report.examples]
+
+
+def control_lesson(trainset: list, answer_field: str) -> str:
+    """"When unsure, answer X." for the training set's most frequent right answer."""
+    answer, _ = Counter(str(e[answer_field]) for e in trainset).most_common(1)[0]
+    return f"When unsure, answer {answer}."
+
+
+def compile_record(compiled: dspy.Module) -> dict[str, Any]:
+    """What the compile proposed, verified, accepted and shipped, with each candidate's verification record."""
+    result = compiled.tfgrpo_result
+    checks = []
+    if result.log_dir:
+        for path in sorted(Path(result.log_dir).glob("steps/*/checks/lessons.json")):
+            checks += read_json(path).get("checks", [])
+    steps = [s.to_dict() for s in result.steps]
+    return {"shipped": result.shipped, "lessons": compiled.experience_library.texts,
+            "candidates_proposed": sum(s["lessons_proposed"] + s["induced_lessons"] for s in steps),
+            "candidates_checked": sum(s["lessons_checked"] for s in steps),
+            "candidates_verified": sum(s["lessons_verified"] for s in steps),
+            "gate": [{"label": c.label, "score": c.score, "accepted": c.accepted, "reason": c.reason}
+                     for c in result.candidates],
+            "checks": checks, "steps": steps, "usage": {role: result.to_dict()[f"{role}_usage"] for role in
+                                                         ("policy", "reflection", "verification", "selection")}}
+
+
+def run_tickets(lm: dspy.LM, n: int, store: Path) -> dict[str, Any]:
+    metric = TICKETS.make_metric(None)
+    pool = generate_tickets(40, 0, split="train")
+    trainset, selection = pool[:24], pool[24:]
+    heldout = generate_tickets(n, HELDOUT_SEED, split="heldout")
+    started = time.perf_counter()
+    compiled = demo_optimizer(TICKETS, metric, 0, store / "tickets" / "log").compile(
+        TICKETS.make_program(), trainset=trainset, valset=selection)
+    compile_seconds = time.perf_counter() - started
+    libraries = {"control": ExperienceLibrary.from_texts([control_lesson(trainset, "queue")]),
+                 "rules@top1": ExperienceLibrary.from_texts([r.lesson for r in HOUSE_RULES]),
+                 "placebo@top1": ExperienceLibrary.from_texts(list(PLACEBO_LESSONS))}
+    evals = store / "tickets" / "eval"
+    reports = {"none": evaluate("none", TICKETS.make_program(), heldout, metric, evals, lm, "queue"),
+               "learned": evaluate("learned", compiled, heldout, metric, evals, lm, "queue")}
+    for name, library in libraries.items():
+        reports[name] = evaluate(name, TICKETS.make_program(), heldout, metric, evals, lm, "queue", library)
+    pairs = [("none", "learned"), ("none", "control"), ("control", "learned"), ("none", "rules@top1"),
+             ("none", "placebo@top1"), ("learned", "rules@top1")]
+    return {"task": "tickets", "train": "train split seed 0 (24 train, 16 selection)",
+            "heldout": f"held-out split seed {HELDOUT_SEED}, {n} tickets", "compile_seconds": round(compile_seconds),
+            "compile": compile_record(compiled), "control_lesson": libraries["control"].texts[0],
+            **_summary(reports, pairs)}
+
+
+def run_gsm8k(lm: dspy.LM, path: str, store: Path) -> dict[str, Any]:
+    from tfgrpo_dspy.kits.math.data import gsm8k_splits
+    from tfgrpo_dspy.kits.wordproblems import numeric_match
+
+    parts = gsm8k_splits(path, seed=GSM8K_SEED, sizes=GSM8K_SIZES)
+    rows = {name: [dspy.Example(question=e.problem, answer=e.answer, solution=e.solution).with_inputs("question")
+                   for e in examples] for name, examples in parts.items()}
+    program = dspy.ChainOfThought("question -> answer")
+    started = time.perf_counter()
+    from tfgrpo_dspy import TrainingFreeGRPO
+
+    compiled = TrainingFreeGRPO(metric=numeric_match, group_size=4, epochs=1, seed=0, seed_rollouts=True,
+                                summarize=False, reference_fields=("answer", "solution"),
+                                log_dir=str(store / "gsm8k" / "log")).compile(
+        program, trainset=rows["train"], valset=rows["selection"])
+    compile_seconds = time.perf_counter() - started
+    evals = store / "gsm8k" / "eval"
+    reports = {"none": evaluate("none", program, rows["test"], numeric_match, evals, lm, "answer"),
+               "learned": evaluate("learned", compiled, rows["test"], numeric_match, evals, lm, "answer")}
+    return {"task": "gsm8k", "train": f"{path}, seed {GSM8K_SEED}: 32 train and 20 selection rows",
+            "heldout": "the next 100 rows of the same seeded order", "compile_seconds": round(compile_seconds),
+            "compile": compile_record(compiled), **_summary(reports, [("none", "learned")])}
+
+
+def _summary(reports: dict[str, EvalReport], pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    return {"accuracy": {name: round(r.mean_at_k, 4) for name, r in reports.items()},
+            "comparisons": [{"base": a, "other": b, **compare_paired(scores(reports[a]), scores(reports[b])).to_dict(),
+                             "verdict": compare_paired(scores(reports[a]), scores(reports[b])).verdict()}
+                            for a, b in pairs],
+            "per_problem": {name: [{"index": e.index, "score": e.mean_score, "answer": e.samples[0].answer}
+                                   for e in r.examples] for name, r in reports.items()}}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    setup = report["setup"]
+    lines = ["# Verified lessons on the embedded model: fresh held-out data", "",
+             f"Commit {setup['commit']}, {setup['date']}; machine at the start: {setup['speed']}; load average "
+             f"{setup['load_average_at_start']} at the start, {setup.get('load_average_at_end')} at the end.", ""]
+    for task in report["tasks"]:
+        compile_ = task["compile"]
+        lines += [f"## {task['task']}", "", f"Training: {task['train']}. Held-out: {task['heldout']}. Compile "
+                  f"{task['compile_seconds']} s: {compile_['candidates_proposed']} candidate lessons proposed, "
+                  f"{compile_['candidates_checked']} distinct ones verified on training examples, "
+                  f"{compile_['candidates_verified']} kept; shipped: {compile_['shipped']}.", "",
+                  "| program | accuracy |", "|---|---|"]
+        lines += [f"| {name} | {100 * value:.1f}% |" for name, value in task["accuracy"].items()]
+        lines += ["", "| comparison | Δ [95% CI], won / lost, exact sign test |", "|---|---|"]
+        lines += [f"| {c['other']} vs {c['base']} | {c['verdict']} |" for c in task["comparisons"]]
+        if task.get("control_lesson"):
+            lines += ["", f"Control lesson: {task['control_lesson']}"]
+        lines += ["", "Shipped lessons and their verification on training examples:", ""]
+        kept = {c["text"]: c for c in compile_["checks"] if c.get("kept")}
+        for text in compile_["lessons"] or ["(none)"]:
+            check = kept.get(text)
+            lines.append(f"- {text}" + (f" ({check['reason']}; fixed {check['fixes']}, broke {check['breaks']})"
+                                        if check else ""))
+        lines += ["", "Every candidate's verification:", "", "| candidate | from | fixed | broke | kept | why |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {c['text']} | {c['origin']} | {len(c['fixes'])} | {len(c['breaks'])} | "
+                  f"{'yes' if c['kept'] else 'no'} | {c['reason']} |" for c in compile_["checks"]]
+        lines += ["", "Gate on the selection set:", ""]
+        lines += [f"- {g['label']}: {g['score']:.3f}, {'accepted' if g['accepted'] else 'rejected'} ({g['reason']})"
+                  for g in compile_["gate"]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", nargs="+", choices=["tickets", "gsm8k"], default=["tickets"])
+    parser.add_argument("--tickets", type=int, default=300, help="held-out tickets (default 300)")
+    parser.add_argument("--gsm8k", metavar="PATH", help="GSM8K jsonl, hub folder or id (needed for --tasks gsm8k)")
+    parser.add_argument("--lm", default="local")
+    parser.add_argument("--stem", default="verified_lessons")
+    args = parser.parse_args(argv)
+    if "gsm8k" in args.tasks and not args.gsm8k:
+        parser.error("--tasks gsm8k needs --gsm8k PATH")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    store = RESULTS / f"{args.stem}.runs"
+    lm = make_lm(args.lm, max_tokens=512)
+    dspy.configure(lm=lm)
+    speed = machine_speed(lm)
+    setup = {"commit": _commit(), "date": time.strftime("%Y-%m-%d"), "argv": sys.argv[1:],
+             "speed": str(speed) if speed else "not measured (not the embedded model)",
+             "speed_at_start": asdict(speed) if speed else None,
+             "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+    path = RESULTS / f"{args.stem}.json"
+    earlier = {t["task"]: t for t in read_json(path).get("tasks", [])} if path.exists() else {}
+    for name in args.tasks:
+        earlier[name] = run_tickets(lm, args.tickets, store) if name == "tickets" else run_gsm8k(lm, args.gsm8k, store)
+    setup["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    report = {"setup": setup, "tasks": [earlier[t] for t in ("tickets", "gsm8k") if t in earlier]}
+    write_json_atomic(path, report)
+    (RESULTS / f"{args.stem}.md").write_text(markdown(report))
+    print((RESULTS / f"{args.stem}.md").read_text())
+    return 0
+
+
+def _commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
