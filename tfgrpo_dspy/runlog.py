@@ -122,23 +122,16 @@ class RunLog:
         if self.root is not None:
             write_json_atomic(self._step_dir(step) / kind / f"{key}.json", payload)
 
-    def load_selection(self, fingerprint: str) -> dict[str, Any] | None:
+    def load_library_record(self, folder: str, fingerprint: str) -> dict[str, Any] | None:
+        """One library's runs on a set of examples: ``folder`` "selection" (the selection set) or "verification"
+        (training examples), by library fingerprint."""
         if self.root is None:
             return None
-        return self.load_file(self.root / "selection" / f"{fingerprint}.json")
+        return self.load_file(self.root / folder / f"{fingerprint}.json")
 
-    def save_selection(self, fingerprint: str, payload: dict[str, Any]) -> None:
+    def save_library_record(self, folder: str, fingerprint: str, payload: dict[str, Any]) -> None:
         if self.root is not None:
-            write_json_atomic(self.root / "selection" / f"{fingerprint}.json", payload)
-
-    def load_trials(self, fingerprint: str) -> dict[str, Any] | None:
-        if self.root is None:
-            return None
-        return self.load_file(self.root / "verification" / f"{fingerprint}.json")
-
-    def save_trials(self, fingerprint: str, payload: dict[str, Any]) -> None:
-        if self.root is not None:
-            write_json_atomic(self.root / "verification" / f"{fingerprint}.json", payload)
+            write_json_atomic(self.root / folder / f"{fingerprint}.json", payload)
 
     def state(self) -> dict[str, Any]:
         if self.root is None or not (self.root / "state.json").exists():

@@ -88,7 +88,7 @@ class Selector:
         fingerprint = self.fingerprint(library)
         if fingerprint in self._scores:
             return self._scores[fingerprint]
-        recorded = self.log.load_selection(fingerprint)
+        recorded = self.log.load_library_record("selection", fingerprint)
         if recorded is not None and len(recorded.get("scores", [])) == len(self.examples):
             result = LibraryScore(fingerprint, tuple(recorded["scores"]), Usage.from_dict(recorded.get("usage")))
             self.ledger.add("selection", result.usage)  # paid for in an earlier session
@@ -96,7 +96,7 @@ class Selector:
             result = self._run(library, fingerprint, label)
             # The whole library (ids included) too, so a candidate can be rebuilt exactly, e.g. to check the
             # gate's decision on held-out rows.
-            self.log.save_selection(fingerprint, {"label": label, "library": library.texts,
+            self.log.save_library_record("selection", fingerprint, {"label": label, "library": library.texts,
                                                   "library_file": library.to_dict(include_audit=False),
                                                   "scores": list(result.scores), "usage": result.usage.to_dict()})
         self._scores[fingerprint] = result

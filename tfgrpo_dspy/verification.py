@@ -100,13 +100,13 @@ class TrialCache:
 
     def get(self, fingerprint: str) -> dict[int, Trial]:
         if fingerprint not in self.trials:
-            recorded = self.log.load_trials(fingerprint) or {}
+            recorded = self.log.load_library_record("verification", fingerprint) or {}
             self.trials[fingerprint] = {int(i): Trial(t["score"], tuple(t.get("shown", ())))
                                         for i, t in (recorded.get("trials") or {}).items()}
         return self.trials[fingerprint]
 
     def save(self, fingerprint: str, library: ExperienceLibrary) -> None:
-        self.log.save_trials(fingerprint, {"library": library.texts, "trials": {
+        self.log.save_library_record("verification", fingerprint, {"library": library.texts, "trials": {
             str(i): {"score": t.score, "shown": list(t.shown)} for i, t in sorted(self.trials[fingerprint].items())}})
 
 
