@@ -171,6 +171,8 @@ def test_demo_shows_the_selection_and_an_honest_paired_verdict(monkeypatch, tmp_
     out = capsys.readouterr().out
     assert "[1/3]" in out and "[3/3]" in out and "initial" in out and "shipped:" in out
     assert "no measurable change (+0.0 points, 95% CI [+0.0, +0.0]" in out  # the same answers before and after
+    story = out.split("== what the run learned ==", 1)[1]  # the report's headline and stages, after the verdict
+    assert "No lesson was learned" in story and "- Groups:" in story and "- Shipped:" in story
     record = json.loads((tmp_path / "demo.json").read_text())
     assert record["task"] == "tickets" and record["comparison"]["n"] == 6
     assert record["sizes"] == {"train": 4, "selection": 3, "heldout": 6} and record["seed"] == 0

@@ -25,6 +25,8 @@ from tfgrpo_dspy.evaluation import EvalReport, evaluate_at_k
 from tfgrpo_dspy.library import write_json_atomic
 from tfgrpo_dspy.lm.engine import LlamaCppEngine, MachineSpeed
 from tfgrpo_dspy.optimizer import TrainingFreeGRPO
+from tfgrpo_dspy.report.run import load_run
+from tfgrpo_dspy.report.story import headline, held_out_line, stages
 from tfgrpo_dspy.results import TrainingFreeGRPOResult
 from tfgrpo_dspy.stats import compare_paired
 from tfgrpo_dspy.tasks import Task, TaskData
@@ -124,11 +126,14 @@ def run_demo(task: Task, lm: dspy.LM, out: Path, *, sizes: DemoSizes, seed: int 
     comparison = compare_paired(scores(before), scores(after))
     say(f"  after:  {100 * after.mean_at_k:.1f}%")
     say(f"\n== verdict on {len(heldout)} held-out examples (greedy, paired) ==\n  {comparison.verdict()}")
+    run = load_run(out / "log")
+    say(f"\n== what the run learned ==\n  {headline(run)}")
+    for line in stages(run):
+        if line != held_out_line(run):  # the verdict above is this run's; a demo.json here may be an earlier one's
+            say(f"  - {line}")
     if not comparison.significant:
-        say("  The library did not measurably change held-out accuracy. On the embedded 1.5B model even the "
-            "true house rules, all in the instructions, do not (benchmarks/results/lessons_study.md); the one "
-            "most relevant per ticket (top_k=1, the default) did, when they were the true rules. Use a stronger "
-            "policy (--lm) and reflection model (--reflection-lm) for better lessons.")
+        say("  The library did not measurably change held-out accuracy. A stronger policy (--lm) and reflection "
+            "model (--reflection-lm) find and follow lessons the embedded 1.5B model does not.")
     minutes = (time.monotonic() - started) / 60
     say(f"\nspent: {spending(before, after, result)}")
     say(f"finished in {minutes:.1f} min" + (f" ({speed})" if speed is not None else "")
