@@ -43,13 +43,13 @@ import dspy
 
 from tfgrpo_dspy.evaluation import evaluate_at_k
 from tfgrpo_dspy.induction import Failure, InductionSet, format_failures
-from tfgrpo_dspy.jsonio import read_json, write_json_atomic
 from tfgrpo_dspy.kits.math.data import gsm8k_splits
 from tfgrpo_dspy.kits.tickets.generator import generate_tickets
 from tfgrpo_dspy.kits.tickets.metric import queue_match
 from tfgrpo_dspy.kits.tickets.task import make_program
 from tfgrpo_dspy.kits.wordproblems import numeric_match
-from tfgrpo_dspy.library import ExperienceLibrary
+from tfgrpo_dspy.library.jsonio import read_json, write_json_atomic
+from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.lm import LlamaCppEngine
 from tfgrpo_dspy.lm.factory import CHAT_ADAPTER_END_MARKER, CHAT_ADAPTER_STOP
 from tfgrpo_dspy.lm.server import ServerRegistry, start_llama_server

@@ -46,7 +46,7 @@ import dspy
 
 from tfgrpo_dspy import ExperienceLibrary, with_experiences
 from tfgrpo_dspy.evaluation import EvalReport, evaluate_at_k
-from tfgrpo_dspy.library import write_json_atomic
+from tfgrpo_dspy.library.jsonio import write_json_atomic
 from tfgrpo_dspy.stats import compare_paired
 
 logger = logging.getLogger("lessons_study")

@@ -2,7 +2,7 @@
 
 import dspy
 
-from tfgrpo_dspy.library import EditOp
+from tfgrpo_dspy.library.edits import EditOp
 
 
 class UpdateLibrary(dspy.Signature):

@@ -7,7 +7,8 @@ import pytest
 from scripted import default_reflection, scripted_lm
 
 from tfgrpo_dspy import ExperienceLibrary, TrainingFreeGRPO, cli
-from tfgrpo_dspy.library import LibraryFileError, write_json_atomic
+from tfgrpo_dspy.library.file import LibraryFileError
+from tfgrpo_dspy.library.jsonio import write_json_atomic
 from tfgrpo_dspy.runlog import RunLogError
 
 GOOD = {"format": "tfgrpo-experience-library", "version": 2, "max_experiences": 5, "max_words": 8, "next_id": 3,

@@ -14,7 +14,7 @@ import pytest
 from scripted import Call, scripted_lm
 
 from tfgrpo_dspy.evaluation import EvalReport, evaluate_at_k, pass_at_k
-from tfgrpo_dspy.library import ExperienceLibrary
+from tfgrpo_dspy.library.library import ExperienceLibrary
 
 
 def _program() -> dspy.Module:

@@ -1,7 +1,8 @@
 """The gate's audit log: each edit of a rejected step is logged with its own status and its own trial."""
 
 from tfgrpo_dspy.gate import Edit, StepGate
-from tfgrpo_dspy.library import EditOp, ExperienceLibrary
+from tfgrpo_dspy.library.edits import EditOp
+from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.selection import LibraryScore, Selector
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
 

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from tfgrpo_dspy import EditOp, ExperienceLibrary, library_file
-from tfgrpo_dspy.library import LibraryFileError
+from tfgrpo_dspy import EditOp, ExperienceLibrary
+from tfgrpo_dspy.library import file as library_file
+from tfgrpo_dspy.library.file import LibraryFileError
 
 
 def make(*texts, **caps):
@@ -148,8 +149,8 @@ def test_a_library_holds_no_more_than_its_cap_and_no_lesson_over_the_character_l
 
 
 def test_library_file_does_not_import_the_library_module():
-    # One-way imports: library.py builds on library_file.py, never the other way round.
+    # One-way imports: library/library.py builds on library/file.py, never the other way round.
     tree = ast.parse(Path(library_file.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    assert "tfgrpo_dspy.library" not in imported and "tfgrpo_dspy" not in imported
+    assert "tfgrpo_dspy.library.library" not in imported and "tfgrpo_dspy" not in imported

@@ -23,7 +23,7 @@ from tfgrpo_dspy.kits.tickets.generator import (
 )
 from tfgrpo_dspy.kits.tickets.metric import parse_queue, queue_match
 from tfgrpo_dspy.kits.tickets.task import TICKET_TASKS, make_program
-from tfgrpo_dspy.library import word_count
+from tfgrpo_dspy.library.file import word_count
 from tfgrpo_dspy.optimizer import TrainingFreeGRPO
 from tfgrpo_dspy.tasks import TaskData
 

@@ -7,7 +7,9 @@
 """
 
 from tfgrpo_dspy.injection import ExperiencePredict, library_of, load_program, with_experiences
-from tfgrpo_dspy.library import ApplyReport, AuditEntry, EditOp, Experience, ExperienceLibrary, LibraryDiff
+from tfgrpo_dspy.library.edits import ApplyReport, AuditEntry, EditOp
+from tfgrpo_dspy.library.file import Experience
+from tfgrpo_dspy.library.library import ExperienceLibrary, LibraryDiff
 from tfgrpo_dspy.optimizer import TrainingAborted, TrainingFreeGRPO
 from tfgrpo_dspy.results import Candidate, RunEstimate, StepStats, TrainingFreeGRPOResult
 from tfgrpo_dspy.rollouts import GroupOutcome, Rollout

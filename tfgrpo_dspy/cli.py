@@ -18,7 +18,8 @@ from tfgrpo_dspy.kits.math.task import MATH_TASKS
 from tfgrpo_dspy.kits.tickets.task import TICKET_TASKS
 from tfgrpo_dspy.kits.web.task import WEB_TASKS
 from tfgrpo_dspy.kits.wordproblems.task import WORDPROBLEM_TASKS
-from tfgrpo_dspy.library import ExperienceLibrary, write_json_atomic
+from tfgrpo_dspy.library.jsonio import write_json_atomic
+from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.lm import make_lm
 from tfgrpo_dspy.optimizer import TrainingAborted, TrainingFreeGRPO
 from tfgrpo_dspy.results import TrainingFreeGRPOResult

@@ -22,7 +22,7 @@ from pathlib import Path
 import dspy
 
 from tfgrpo_dspy.evaluation import EvalReport, evaluate_at_k
-from tfgrpo_dspy.library import write_json_atomic
+from tfgrpo_dspy.library.jsonio import write_json_atomic
 from tfgrpo_dspy.lm.engine import LlamaCppEngine, MachineSpeed
 from tfgrpo_dspy.optimizer import TrainingFreeGRPO
 from tfgrpo_dspy.report.run import load_run

@@ -22,7 +22,7 @@ from typing import Any
 import dspy
 from dspy.utils.parallelizer import ParallelExecutor
 
-from tfgrpo_dspy.jsonio import read_json, write_json_atomic
+from tfgrpo_dspy.library.jsonio import read_json, write_json_atomic
 from tfgrpo_dspy.rollouts import Rollout, jsonable, run_rollout
 from tfgrpo_dspy.settings import DEFAULT_TOP_K
 from tfgrpo_dspy.usage import Usage
@@ -295,7 +295,7 @@ def _check_arguments(program: Any, examples: Sequence[dspy.Example], metric: Any
 def _as_library(library: Any) -> Any:
     if library is None:
         return None
-    from tfgrpo_dspy.library import ExperienceLibrary
+    from tfgrpo_dspy.library.library import ExperienceLibrary
 
     if isinstance(library, (str, Path)):
         return ExperienceLibrary.load(library)

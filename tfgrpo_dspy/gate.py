@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tfgrpo_dspy.library import AuditEntry, EditOp, ExperienceLibrary
+from tfgrpo_dspy.library.edits import AuditEntry, EditOp
+from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.results import Candidate
 from tfgrpo_dspy.selection import GateDecision, LibraryScore, Selector
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings

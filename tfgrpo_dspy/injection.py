@@ -34,7 +34,8 @@ from typing import Any
 import dspy
 from dspy.primitives.module import set_attribute_by_name
 
-from tfgrpo_dspy.library import Experience, ExperienceLibrary
+from tfgrpo_dspy.library.file import Experience
+from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.settings import DEFAULT_TOP_K, PLACEMENTS
 
 BLOCK_START = "--- BEGIN EXPERIENCE LIBRARY (tfgrpo-dspy) ---"

@@ -15,7 +15,8 @@ import time
 from tfgrpo_dspy.accounting import StopRun
 from tfgrpo_dspy.context import RunContext
 from tfgrpo_dspy.gate import Edit, StepGate, candidate_record
-from tfgrpo_dspy.library import ApplyReport, EditOp, ExperienceLibrary
+from tfgrpo_dspy.library.edits import ApplyReport, EditOp
+from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.phases import Phases
 from tfgrpo_dspy.reflection import SUCCESS, Proposal, RolloutSummary
 from tfgrpo_dspy.results import Candidate, StepStats, TrainingFreeGRPOResult

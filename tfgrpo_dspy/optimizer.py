@@ -24,7 +24,7 @@ from tfgrpo_dspy.accounting import Ledger, TrainingAborted
 from tfgrpo_dspy.context import RunContext
 from tfgrpo_dspy.induction import MIN_SET
 from tfgrpo_dspy.injection import library_of, with_experiences
-from tfgrpo_dspy.library import ExperienceLibrary
+from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.loop import StepLoop
 from tfgrpo_dspy.reflection import ReflectionSignatures, Reflector
 from tfgrpo_dspy.results import RunEstimate

@@ -35,7 +35,8 @@ from tfgrpo_dspy.induction import (
 )
 from tfgrpo_dspy.injection import with_experiences
 from tfgrpo_dspy.lessons import LessonCluster, cluster_lessons, render_lesson
-from tfgrpo_dspy.library import ApplyReport, ExperienceLibrary
+from tfgrpo_dspy.library.edits import ApplyReport
+from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.parallel import map_in_threads
 from tfgrpo_dspy.reflection import (
     Lesson,

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from tfgrpo_dspy.library import ExperienceLibrary
+from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.usage import Usage
 
 _USAGE_FIELDS = ("policy_usage", "reflection_usage", "verification_usage", "selection_usage")

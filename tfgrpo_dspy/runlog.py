@@ -29,7 +29,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tfgrpo_dspy.library import ExperienceLibrary, read_json, write_json_atomic
+from tfgrpo_dspy.library.jsonio import read_json, write_json_atomic
+from tfgrpo_dspy.library.library import ExperienceLibrary
 
 logger = logging.getLogger(__name__)
 

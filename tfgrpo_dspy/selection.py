@@ -21,7 +21,7 @@ import tqdm
 
 from tfgrpo_dspy.accounting import Ledger
 from tfgrpo_dspy.injection import with_experiences
-from tfgrpo_dspy.library import ExperienceLibrary
+from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.parallel import map_in_threads
 from tfgrpo_dspy.rollouts import Rollout, run_rollout
 from tfgrpo_dspy.runlog import RunLog

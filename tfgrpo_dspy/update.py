@@ -16,7 +16,8 @@ from typing import Any
 
 from tfgrpo_dspy.context import RunContext
 from tfgrpo_dspy.lessons import LessonCluster, cluster_lessons, similarity
-from tfgrpo_dspy.library import APPLY_ORDER, ApplyReport, EditOp, ExperienceLibrary
+from tfgrpo_dspy.library.edits import APPLY_ORDER, ApplyReport, EditOp
+from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.reflection import Proposal, UpdateDecision
 
 

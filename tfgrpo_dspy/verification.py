@@ -32,7 +32,8 @@ import tqdm
 
 from tfgrpo_dspy.accounting import Ledger
 from tfgrpo_dspy.injection import collect_shown_lessons, with_experiences
-from tfgrpo_dspy.library import EditOp, ExperienceLibrary
+from tfgrpo_dspy.library.edits import EditOp
+from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.parallel import map_in_threads
 from tfgrpo_dspy.reflection import SUCCESS
 from tfgrpo_dspy.rollouts import run_rollout

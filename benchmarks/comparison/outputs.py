@@ -24,7 +24,7 @@ from comparison.plot import write_plot
 from comparison.presets import Budget
 from comparison.records import MethodResult
 from comparison.summary import repeatability, result_rows
-from tfgrpo_dspy.library import write_json_atomic
+from tfgrpo_dspy.library.jsonio import write_json_atomic
 
 REPORT_FORMAT, REPORT_VERSION = "tfgrpo-compare", 3  # 3: "selection" (was "val"), throughput_at_start
 CALIBRATION_PROMPT = "Count from one to twenty in words, separated by commas."

@@ -17,7 +17,7 @@ from comparison.data import Split
 from comparison.presets import Budget
 from comparison.records import SeedRun
 from tfgrpo_dspy import load_program
-from tfgrpo_dspy.library import read_json, write_json_atomic
+from tfgrpo_dspy.library.jsonio import read_json, write_json_atomic
 
 logger = logging.getLogger("compare")
 

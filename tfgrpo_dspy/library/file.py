@@ -1,7 +1,7 @@
 """What a library file holds and how it is read: every field checked, every problem one line that names the file
 and the field.
 
-This module knows nothing of `tfgrpo_dspy.library`, which imports it (one way): it reads a file's dict into
+This module knows nothing of `tfgrpo_dspy.library.library`, which imports it (one way): it reads a file's dict into
 `LibraryContents`, from which `ExperienceLibrary.from_dict` builds the library. Reading is linear in the size of
 the file, and a file with more lessons than its own ``max_experiences`` is refused before any lesson is read.
 """
@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tfgrpo_dspy.edits import AuditEntry
+from tfgrpo_dspy.library.edits import AuditEntry
 
 FORMAT_NAME = "tfgrpo-experience-library"
 FORMAT_VERSION = 2  # 2 added per-lesson counters and sources; version 1 files still load

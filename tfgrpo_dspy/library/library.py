@@ -18,9 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from tfgrpo_dspy.edits import APPLY_ORDER, OP_KINDS, ApplyReport, AuditEntry, EditOp, parse_experience_id
-from tfgrpo_dspy.jsonio import read_json, write_json_atomic
-from tfgrpo_dspy.library_file import (
+from tfgrpo_dspy.library.edits import APPLY_ORDER, OP_KINDS, ApplyReport, AuditEntry, EditOp, parse_experience_id
+from tfgrpo_dspy.library.file import (
     FORMAT_NAME,
     FORMAT_VERSION,
     MAX_TEXT_CHARS,
@@ -31,6 +30,7 @@ from tfgrpo_dspy.library_file import (
     normalize_text,
     word_count,
 )
+from tfgrpo_dspy.library.jsonio import read_json, write_json_atomic
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfgrpo_dspy.library import ExperienceLibrary, read_json
+from tfgrpo_dspy.library.jsonio import read_json
+from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.results import Candidate, shipped_library
 from tfgrpo_dspy.runlog import RunLog
 from tfgrpo_dspy.usage import Usage
