@@ -1,0 +1,10 @@
+"""The program with a library: the lessons put into its predictors, a run of it on one example, its evaluation.
+
+    injection.py    `ExperiencePredict`: the lessons shown on every call (placement, top-k retrieval), saved and
+                    loaded with the program; `with_experiences`, `library_of`, `load_program`
+    rollouts.py     one run of a program on one example on private LM copies: trace, score, exact usage
+    evaluation.py   Mean@k / Pass@k of a program, with or without a library, resumable
+
+Imports only the library (``tfgrpo_dspy.library``) and the base modules (settings, usage, parallel). The
+reflection and the run build on it.
+"""
