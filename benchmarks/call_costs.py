@@ -41,8 +41,9 @@ from typing import Any
 
 import dspy
 
-from tfgrpo_dspy.evaluation import evaluate_at_k
 from tfgrpo_dspy.induction import Failure, InductionSet, format_failures
+from tfgrpo_dspy.inference.evaluation import evaluate_at_k
+from tfgrpo_dspy.inference.rollouts import GroupOutcome, run_rollout
 from tfgrpo_dspy.kits.math.data import gsm8k_splits
 from tfgrpo_dspy.kits.tickets.generator import generate_tickets
 from tfgrpo_dspy.kits.tickets.metric import queue_match
@@ -54,7 +55,6 @@ from tfgrpo_dspy.lm import LlamaCppEngine
 from tfgrpo_dspy.lm.factory import CHAT_ADAPTER_END_MARKER, CHAT_ADAPTER_STOP
 from tfgrpo_dspy.lm.server import ServerRegistry, start_llama_server
 from tfgrpo_dspy.reflection import Reflector
-from tfgrpo_dspy.rollouts import GroupOutcome, run_rollout
 
 logger = logging.getLogger(__name__)
 

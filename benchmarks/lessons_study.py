@@ -45,7 +45,7 @@ from typing import Any
 import dspy
 
 from tfgrpo_dspy import ExperienceLibrary, with_experiences
-from tfgrpo_dspy.evaluation import EvalReport, evaluate_at_k
+from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k
 from tfgrpo_dspy.library.jsonio import write_json_atomic
 from tfgrpo_dspy.stats import compare_paired
 

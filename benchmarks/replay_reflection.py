@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tfgrpo_dspy import ExperienceLibrary, TrainingFreeGRPO, with_experiences
     from tfgrpo_dspy.cli import TASKS
-    from tfgrpo_dspy.evaluation import evaluate_at_k
+    from tfgrpo_dspy.inference.evaluation import evaluate_at_k
     from tfgrpo_dspy.lm import make_lm
     from tfgrpo_dspy.stats import compare_paired
     from tfgrpo_dspy.tasks import TaskData

@@ -20,7 +20,7 @@ from comparison import store as run_store
 from comparison import summary as paired
 from scripted import Call, default_reflection, scripted_lm, ticket_router
 
-from tfgrpo_dspy.injection import BLOCK_START, ExperiencePredict
+from tfgrpo_dspy.inference.injection import BLOCK_START, ExperiencePredict
 from tfgrpo_dspy.usage import Usage
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"

@@ -13,7 +13,7 @@ import dspy
 import pytest
 from scripted import Call, scripted_lm
 
-from tfgrpo_dspy.evaluation import EvalReport, evaluate_at_k, pass_at_k
+from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k, pass_at_k
 from tfgrpo_dspy.library.library import ExperienceLibrary
 
 

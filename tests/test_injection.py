@@ -2,7 +2,7 @@ import dspy
 import pytest
 
 from tfgrpo_dspy import ExperienceLibrary, with_experiences
-from tfgrpo_dspy.injection import BLOCK_END, BLOCK_START, library_of
+from tfgrpo_dspy.inference.injection import BLOCK_END, BLOCK_START, library_of
 
 
 def lib(*texts):
@@ -138,7 +138,7 @@ def test_placement_puts_the_lessons_in_the_system_or_the_user_message(placement,
 
 
 def test_save_and_load_keep_the_placement_and_top_k(tmp_path):
-    from tfgrpo_dspy.injection import placement_of
+    from tfgrpo_dspy.inference.injection import placement_of
 
     program = with_experiences(dspy.Predict("question -> answer"), lib(*FOUR_LESSONS), placement="input", top_k=3)
     program.save(tmp_path / "p.json")
@@ -193,7 +193,7 @@ def test_without_the_carrier_the_retrieved_lessons_would_be_missing(tmp_path):
 
 def test_load_program_is_the_explicit_call_and_names_a_predictor_that_cannot_carry(tmp_path):
     from tfgrpo_dspy import load_program
-    from tfgrpo_dspy.injection import ExperiencePredict
+    from tfgrpo_dspy.inference.injection import ExperiencePredict
 
     trained = with_experiences(TwoStep(), lib(*FOUR_LESSONS), predictors=["polish"])
     trained.save(tmp_path / "p.json")

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from scripted import Call, scripted_lm
 
-from tfgrpo_dspy.evaluation import evaluate_at_k
+from tfgrpo_dspy.inference.evaluation import evaluate_at_k
 from tfgrpo_dspy.kits.math import MATH_TASKS, MathAnswerMetric, PythonSandbox, make_cot_solver, make_math_agent
 from tfgrpo_dspy.kits.math.data import DAPO_PREFIX, DAPO_SUFFIX, load_dapo_math
 from tfgrpo_dspy.tasks import TaskData

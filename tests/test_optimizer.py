@@ -9,7 +9,7 @@ import pytest
 from scripted import UPDATE_PIPELINE, Call, default_reflection, scripted_lm
 
 from tfgrpo_dspy import ExperienceLibrary, TrainingAborted, TrainingFreeGRPO
-from tfgrpo_dspy.injection import BLOCK_START, library_of
+from tfgrpo_dspy.inference.injection import BLOCK_START, library_of
 
 
 def exact(example, prediction, trace=None):

@@ -6,6 +6,7 @@ from scripted import default_reflection, scripted_lm
 
 from tfgrpo_dspy import ExperienceLibrary, TrainingFreeGRPO
 from tfgrpo_dspy.guard import LessonGuard
+from tfgrpo_dspy.inference.rollouts import GroupOutcome, Rollout
 from tfgrpo_dspy.lessons import (
     ExampleMaterial,
     Vocabulary,
@@ -15,7 +16,6 @@ from tfgrpo_dspy.lessons import (
     vague_condition,
 )
 from tfgrpo_dspy.reflection import ReflectionSignatures, Reflector, clip_middle, format_attempts, format_outcome
-from tfgrpo_dspy.rollouts import GroupOutcome, Rollout
 
 # Problems and lessons from real runs of the embedded 1.5B model (benchmarks/results, the demo, issue #11).
 COFFEE = ("A coffee maker costs $116. During a sale its price is reduced by 50%. After the sale, the store raises "

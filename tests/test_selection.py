@@ -9,7 +9,7 @@ import pytest
 from scripted import UPDATE_PIPELINE, default_reflection, scripted_lm
 
 from tfgrpo_dspy import ExperienceLibrary, TrainingFreeGRPO, with_experiences
-from tfgrpo_dspy.injection import library_of
+from tfgrpo_dspy.inference.injection import library_of
 
 GOOD = "When adding two numbers, add them digit by digit."
 BAD = "When adding two numbers, subtract the second from the first."

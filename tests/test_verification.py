@@ -13,7 +13,7 @@ from scripted import Call, default_reflection, scripted_lm
 
 from tfgrpo_dspy import ExperienceLibrary, TrainingFreeGRPO
 from tfgrpo_dspy.accounting import Ledger
-from tfgrpo_dspy.injection import BLOCK_START
+from tfgrpo_dspy.inference.injection import BLOCK_START
 from tfgrpo_dspy.runlog import RunLog
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
 from tfgrpo_dspy.verification import CandidateLesson, Verifier

@@ -67,6 +67,6 @@ def test_training_free_grpo_compiles_the_browsing_agent(site, lm, tmp_path):
     library = compiled.experience_library
     assert len(library) == step.library_size
     if len(library):  # the agent's predictors carry it (shown top_k=1 per call, the default)
-        from tfgrpo_dspy.injection import library_of
+        from tfgrpo_dspy.inference.injection import library_of
 
         assert library_of(compiled).texts == library.texts

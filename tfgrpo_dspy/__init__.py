@@ -6,13 +6,13 @@
     compiled.save("program.json")  # later: load_program(dspy.ChainOfThought(...), "program.json")
 """
 
-from tfgrpo_dspy.injection import ExperiencePredict, library_of, load_program, with_experiences
+from tfgrpo_dspy.inference.injection import ExperiencePredict, library_of, load_program, with_experiences
+from tfgrpo_dspy.inference.rollouts import GroupOutcome, Rollout
 from tfgrpo_dspy.library.edits import ApplyReport, AuditEntry, EditOp
 from tfgrpo_dspy.library.file import Experience
 from tfgrpo_dspy.library.library import ExperienceLibrary, LibraryDiff
 from tfgrpo_dspy.optimizer import TrainingAborted, TrainingFreeGRPO
 from tfgrpo_dspy.results import Candidate, RunEstimate, StepStats, TrainingFreeGRPOResult
-from tfgrpo_dspy.rollouts import GroupOutcome, Rollout
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
 from tfgrpo_dspy.stats import PairedComparison, compare_paired
 from tfgrpo_dspy.usage import Usage

@@ -13,7 +13,7 @@ from typing import Any
 import dspy
 
 from tfgrpo_dspy.demo import scores
-from tfgrpo_dspy.evaluation import EvalReport, evaluate_at_k
+from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k
 from tfgrpo_dspy.kits.math.task import MATH_TASKS
 from tfgrpo_dspy.kits.tickets.task import TICKET_TASKS
 from tfgrpo_dspy.kits.web.task import WEB_TASKS

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import dspy
 
-from tfgrpo_dspy.evaluation import EvalReport, evaluate_at_k
+from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k
 from tfgrpo_dspy.library.jsonio import write_json_atomic
 from tfgrpo_dspy.lm.engine import LlamaCppEngine, MachineSpeed
 from tfgrpo_dspy.optimizer import TrainingFreeGRPO

@@ -15,12 +15,12 @@ import time
 from tfgrpo_dspy.accounting import StopRun
 from tfgrpo_dspy.context import RunContext
 from tfgrpo_dspy.gate import Edit, StepGate, candidate_record
+from tfgrpo_dspy.inference.rollouts import GroupOutcome
 from tfgrpo_dspy.library.edits import ApplyReport, EditOp
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.phases import Phases
 from tfgrpo_dspy.reflection import SUCCESS, Proposal, RolloutSummary
 from tfgrpo_dspy.results import Candidate, StepStats, TrainingFreeGRPOResult
-from tfgrpo_dspy.rollouts import GroupOutcome
 from tfgrpo_dspy.selection import Selector
 from tfgrpo_dspy.usage import Usage
 from tfgrpo_dspy.verification import LessonCheck

@@ -33,7 +33,8 @@ from tfgrpo_dspy.induction import (
     format_failures,
     induction_sets,
 )
-from tfgrpo_dspy.injection import with_experiences
+from tfgrpo_dspy.inference.injection import with_experiences
+from tfgrpo_dspy.inference.rollouts import GroupOutcome, Rollout, apply_majority_vote, run_rollout
 from tfgrpo_dspy.lessons import LessonCluster, cluster_lessons, render_lesson
 from tfgrpo_dspy.library.edits import ApplyReport
 from tfgrpo_dspy.library.library import ExperienceLibrary
@@ -44,7 +45,6 @@ from tfgrpo_dspy.reflection import (
     RolloutSummary,
     UpdateDecision,
 )
-from tfgrpo_dspy.rollouts import GroupOutcome, Rollout, apply_majority_vote, run_rollout
 from tfgrpo_dspy.update import UpdatePhase
 from tfgrpo_dspy.verification import CandidateLesson, LessonCheck
 

@@ -18,10 +18,10 @@ from typing import Any
 import dspy
 from dspy.utils.exceptions import ContextWindowExceededError
 
+from tfgrpo_dspy.inference.rollouts import GroupOutcome, Rollout
 from tfgrpo_dspy.library.edits import EditOp
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.parallel import call_with_timeout
-from tfgrpo_dspy.rollouts import GroupOutcome, Rollout
 from tfgrpo_dspy.signatures import (
     ExtractLesson,
     GeneralizeLesson,

@@ -18,7 +18,7 @@ from comparison.data import Split
 from comparison.metering import metered_copy
 from comparison.presets import CHARS_PER_TOKEN, Budget
 from comparison.records import RepeatEval, SeedRun, problem_results
-from tfgrpo_dspy.evaluation import EvalReport, evaluate_at_k
+from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k
 
 logger = logging.getLogger("compare")
 

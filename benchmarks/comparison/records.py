@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from tfgrpo_dspy.evaluation import EvalReport
+from tfgrpo_dspy.inference.evaluation import EvalReport
 from tfgrpo_dspy.results import Candidate, TrainingFreeGRPOResult
 from tfgrpo_dspy.stats import flip_rate
 from tfgrpo_dspy.usage import Usage

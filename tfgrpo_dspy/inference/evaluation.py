@@ -1,6 +1,6 @@
 """Mean@k / Pass@k evaluation of any DSPy program, optionally with an experience library applied.
 
-Every (example, sample) pair is one rollout (`tfgrpo_dspy.rollouts.run_rollout`): a private copy
+Every (example, sample) pair is one rollout (`tfgrpo_dspy.inference.rollouts.run_rollout`): a private copy
 of the program on a private LM copy with its own ``rollout_id`` and the evaluation temperature, so
 the k samples of an example are distinct draws rather than k cache hits. Program and metric errors
 are recorded on the sample (score 0) and counted; they never stop the run. With ``checkpoint_dir`` every
@@ -22,8 +22,8 @@ from typing import Any
 import dspy
 from dspy.utils.parallelizer import ParallelExecutor
 
+from tfgrpo_dspy.inference.rollouts import Rollout, jsonable, run_rollout
 from tfgrpo_dspy.library.jsonio import read_json, write_json_atomic
-from tfgrpo_dspy.rollouts import Rollout, jsonable, run_rollout
 from tfgrpo_dspy.settings import DEFAULT_TOP_K
 from tfgrpo_dspy.usage import Usage
 
@@ -185,7 +185,7 @@ def evaluate_at_k(
         raise ValueError("lm: no LM given, dspy.settings.lm is not configured, and the program has none")
     library = _as_library(library)
     if library is not None:
-        from tfgrpo_dspy.injection import with_experiences
+        from tfgrpo_dspy.inference.injection import with_experiences
 
         program = with_experiences(program, library, predictors, placement=placement, top_k=top_k)
 
