@@ -41,7 +41,6 @@ from typing import Any
 
 import dspy
 
-from tfgrpo_dspy.induction import Failure, InductionSet, format_failures
 from tfgrpo_dspy.inference.evaluation import evaluate_at_k
 from tfgrpo_dspy.inference.rollouts import GroupOutcome, run_rollout
 from tfgrpo_dspy.kits.math.data import gsm8k_splits
@@ -54,7 +53,8 @@ from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.lm import LlamaCppEngine
 from tfgrpo_dspy.lm.factory import CHAT_ADAPTER_END_MARKER, CHAT_ADAPTER_STOP
 from tfgrpo_dspy.lm.server import ServerRegistry, start_llama_server
-from tfgrpo_dspy.reflection import Reflector
+from tfgrpo_dspy.reflection.induction import Failure, InductionSet, format_failures
+from tfgrpo_dspy.reflection.reflection import Reflector
 
 logger = logging.getLogger(__name__)
 

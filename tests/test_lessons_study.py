@@ -128,7 +128,7 @@ def test_an_interrupted_condition_resumes_after_its_last_saved_chunk(monkeypatch
 
 def test_the_guard_keeps_every_hand_written_lesson_of_the_study():
     """The vague-condition check must not drop a real lesson: every tip and house rule names its situation."""
-    from tfgrpo_dspy.lessons import vague_condition
+    from tfgrpo_dspy.reflection.lessons import vague_condition
 
     gsm8k_fields = ("question", "reasoning", "answer")
     assert all(vague_condition(tip, gsm8k_fields) is None for tip in study.GSM8K_TIPS)

@@ -365,7 +365,7 @@ def test_long_trajectories_are_clipped_to_the_reflection_budget():
 def test_a_prompt_too_long_for_the_context_is_not_retried():
     from dspy import lm15
 
-    from tfgrpo_dspy.reflection import Reflector
+    from tfgrpo_dspy.reflection.reflection import Reflector
 
     def overflow(call):  # what the embedded engine raises for llama.cpp's exceed_context_size_error
         return lm15.ContextLengthError("request (9859 tokens) exceeds the available context size (4096 tokens)",

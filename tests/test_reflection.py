@@ -5,9 +5,9 @@ import pytest
 from scripted import default_reflection, scripted_lm
 
 from tfgrpo_dspy import ExperienceLibrary, TrainingFreeGRPO
-from tfgrpo_dspy.guard import LessonGuard
 from tfgrpo_dspy.inference.rollouts import GroupOutcome, Rollout
-from tfgrpo_dspy.lessons import (
+from tfgrpo_dspy.reflection.guard import LessonGuard
+from tfgrpo_dspy.reflection.lessons import (
     ExampleMaterial,
     Vocabulary,
     cluster_lessons,
@@ -15,7 +15,13 @@ from tfgrpo_dspy.lessons import (
     restated_details,
     vague_condition,
 )
-from tfgrpo_dspy.reflection import ReflectionSignatures, Reflector, clip_middle, format_attempts, format_outcome
+from tfgrpo_dspy.reflection.reflection import (
+    ReflectionSignatures,
+    Reflector,
+    clip_middle,
+    format_attempts,
+    format_outcome,
+)
 
 # Problems and lessons from real runs of the embedded 1.5B model (benchmarks/results, the demo, issue #11).
 COFFEE = ("A coffee maker costs $116. During a sale its price is reduced by 50%. After the sale, the store raises "
@@ -63,7 +69,7 @@ def test_words_common_across_the_training_set_are_vocabulary_not_details():
 def test_metadata_never_reaches_the_reflection_or_the_restatement_check():
     """The README's own lesson was flagged as stating the answer 'dozens' (a wordproblems family label)."""
     from tfgrpo_dspy.context import example_material
-    from tfgrpo_dspy.reflection import format_reference
+    from tfgrpo_dspy.reflection.reflection import format_reference
 
     example = dspy.Example(question="A box holds 2 dozen eggs; 5 break. How many are left?", answer="19",
                            family="dozens", difficulty="hard").with_inputs("question")

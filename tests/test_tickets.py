@@ -365,7 +365,7 @@ def test_task_loads_disjoint_splits_and_runs_the_program_with_a_scripted_lm():
 def test_train_defaults_are_valid_and_the_guard_accepts_the_house_rules():
     """Queue names are answers and plans are in every ticket, but they are the task's vocabulary, not details:
     the restatement guard keeps every hand-written rule, yet flags a lesson that names one customer."""
-    from tfgrpo_dspy.lessons import ExampleMaterial, Vocabulary, restated_details
+    from tfgrpo_dspy.reflection.lessons import ExampleMaterial, Vocabulary, restated_details
 
     task = TICKET_TASKS["tickets"]
     optimizer = TrainingFreeGRPO(metric=task.make_metric(None), progress=False, **task.train_defaults)

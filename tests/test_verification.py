@@ -179,7 +179,7 @@ def test_bad_verification_settings_are_refused_by_name(setting, value):
 
 
 def test_induction_sets_group_shared_references_then_neighbours_by_input():
-    from tfgrpo_dspy.induction import Failure, induction_sets
+    from tfgrpo_dspy.reflection.induction import Failure, induction_sets
 
     texts = {0: "refund order", 1: "refund parcel", 2: "refund box", 3: "refund card", 4: "refund crate",
              5: "train leaves at noon, how far", 6: "train leaves at one, how far", 7: "a train at two, how far",

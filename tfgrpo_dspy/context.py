@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import dspy
 
 from tfgrpo_dspy.accounting import Ledger
-from tfgrpo_dspy.guard import LessonGuard
 from tfgrpo_dspy.inference.rollouts import GroupOutcome
-from tfgrpo_dspy.lessons import ExampleMaterial, Vocabulary
-from tfgrpo_dspy.reflection import Reflector, as_text, format_reference
+from tfgrpo_dspy.reflection.guard import LessonGuard
+from tfgrpo_dspy.reflection.lessons import ExampleMaterial, Vocabulary
+from tfgrpo_dspy.reflection.reflection import Reflector, as_text, format_reference
 from tfgrpo_dspy.runlog import RunLog
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
 from tfgrpo_dspy.verification import Verifier

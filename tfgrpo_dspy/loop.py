@@ -19,7 +19,7 @@ from tfgrpo_dspy.inference.rollouts import GroupOutcome
 from tfgrpo_dspy.library.edits import ApplyReport, EditOp
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.phases import Phases
-from tfgrpo_dspy.reflection import SUCCESS, Proposal, RolloutSummary
+from tfgrpo_dspy.reflection.reflection import SUCCESS, Proposal, RolloutSummary
 from tfgrpo_dspy.results import Candidate, StepStats, TrainingFreeGRPOResult
 from tfgrpo_dspy.selection import Selector
 from tfgrpo_dspy.usage import Usage

@@ -22,12 +22,12 @@ from dspy.teleprompt.teleprompt import Teleprompter
 
 from tfgrpo_dspy.accounting import Ledger, TrainingAborted
 from tfgrpo_dspy.context import RunContext
-from tfgrpo_dspy.induction import MIN_SET
 from tfgrpo_dspy.inference.injection import library_of, with_experiences
 from tfgrpo_dspy.inference.rollouts import metric_call_arity
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.loop import StepLoop
-from tfgrpo_dspy.reflection import ReflectionSignatures, Reflector
+from tfgrpo_dspy.reflection.induction import MIN_SET
+from tfgrpo_dspy.reflection.reflection import ReflectionSignatures, Reflector
 from tfgrpo_dspy.results import RunEstimate
 from tfgrpo_dspy.runlog import RunLog
 from tfgrpo_dspy.selection import Selector

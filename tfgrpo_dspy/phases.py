@@ -4,7 +4,7 @@
     summarize  one summary per scored rollout of a group that reaches the reflection
     extract    one call per such group -> at most max_proposals lessons, through the guard
     induce     several failed examples at once -> num_candidates candidate lessons per set, through the
-               guard (`tfgrpo_dspy.induction`)
+               guard (`tfgrpo_dspy.reflection.induction`)
     verify     each candidate re-run greedily on training examples, kept only if it fixes more than it
                breaks (`tfgrpo_dspy.verification`)
     update     near-duplicate lessons clustered across groups, then update calls in context-sized
@@ -25,7 +25,12 @@ from typing import Any, TypeVar
 import tqdm
 
 from tfgrpo_dspy.context import RunContext
-from tfgrpo_dspy.induction import (
+from tfgrpo_dspy.inference.injection import with_experiences
+from tfgrpo_dspy.inference.rollouts import GroupOutcome, Rollout, apply_majority_vote, run_rollout
+from tfgrpo_dspy.library.edits import ApplyReport
+from tfgrpo_dspy.library.library import ExperienceLibrary
+from tfgrpo_dspy.parallel import map_in_threads
+from tfgrpo_dspy.reflection.induction import (
     Induction,
     InductionSet,
     failures_of,
@@ -33,18 +38,8 @@ from tfgrpo_dspy.induction import (
     format_failures,
     induction_sets,
 )
-from tfgrpo_dspy.inference.injection import with_experiences
-from tfgrpo_dspy.inference.rollouts import GroupOutcome, Rollout, apply_majority_vote, run_rollout
-from tfgrpo_dspy.lessons import LessonCluster, cluster_lessons, render_lesson
-from tfgrpo_dspy.library.edits import ApplyReport
-from tfgrpo_dspy.library.library import ExperienceLibrary
-from tfgrpo_dspy.parallel import map_in_threads
-from tfgrpo_dspy.reflection import (
-    Lesson,
-    Proposal,
-    RolloutSummary,
-    UpdateDecision,
-)
+from tfgrpo_dspy.reflection.lessons import LessonCluster, cluster_lessons, render_lesson
+from tfgrpo_dspy.reflection.reflection import Lesson, Proposal, RolloutSummary, UpdateDecision
 from tfgrpo_dspy.update import UpdatePhase
 from tfgrpo_dspy.verification import CandidateLesson, LessonCheck
 

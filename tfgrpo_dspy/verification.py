@@ -36,7 +36,7 @@ from tfgrpo_dspy.inference.rollouts import run_rollout
 from tfgrpo_dspy.library.edits import EditOp
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.parallel import map_in_threads
-from tfgrpo_dspy.reflection import SUCCESS
+from tfgrpo_dspy.reflection.reflection import SUCCESS
 from tfgrpo_dspy.runlog import RunLog
 from tfgrpo_dspy.selection import library_fingerprint
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings

@@ -15,9 +15,9 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from tfgrpo_dspy.lessons import ExampleMaterial, Vocabulary, copied_clause, restated_details, vague_condition
 from tfgrpo_dspy.library.file import normalize_text, word_count
-from tfgrpo_dspy.reflection import Reflector
+from tfgrpo_dspy.reflection.lessons import ExampleMaterial, Vocabulary, copied_clause, restated_details, vague_condition
+from tfgrpo_dspy.reflection.reflection import Reflector
 from tfgrpo_dspy.usage import Usage
 
 logger = logging.getLogger(__name__)

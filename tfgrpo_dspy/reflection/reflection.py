@@ -4,7 +4,7 @@ Each call runs one Signature (see the top-level ``signatures/`` folder) on a pri
 reflection LM, for exact usage under threads, with its answer capped at ``max_tokens``. Malformed
 output is retried with a fresh sample; when it still fails, the call returns an error instead of
 raising, so one bad reflection never corrupts the library. Nothing here judges lessons: that is
-`tfgrpo_dspy.guard`.
+`tfgrpo_dspy.reflection.guard`.
 """
 
 from __future__ import annotations
