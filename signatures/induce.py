@@ -3,7 +3,7 @@
 One input cannot show a rule (a house rule, a convention) that only a few inputs sharing their right
 answer reveal together; a small reflector that sees several at once can name what they share. Its
 rules are only candidates: each is re-run on training examples before it may enter the library
-(`tfgrpo_dspy.verification`). Plain text in, two short fields out: the format a 1.5B model follows.
+(`tfgrpo_dspy.run.verification`). Plain text in, two short fields out: the format a 1.5B model follows.
 Measured on the failure sets of a development run (train seed 11, 15 draws per variant): showing the
 program's wrong answers made the 1.5B model write rules about the program ("When the program answered
 field-ops, ...") and copy a header that stated the shared answer; the inputs with their correct answers

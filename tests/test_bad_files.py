@@ -9,7 +9,7 @@ from scripted import default_reflection, scripted_lm
 from tfgrpo_dspy import ExperienceLibrary, TrainingFreeGRPO, cli
 from tfgrpo_dspy.library.file import LibraryFileError
 from tfgrpo_dspy.library.jsonio import write_json_atomic
-from tfgrpo_dspy.runlog import RunLogError
+from tfgrpo_dspy.run.runlog import RunLogError
 
 GOOD = {"format": "tfgrpo-experience-library", "version": 2, "max_experiences": 5, "max_words": 8, "next_id": 3,
         "experiences": [{"id": 1, "text": "When a, do b."}, {"id": 2, "text": "When c, do d."}]}

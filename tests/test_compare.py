@@ -18,7 +18,7 @@ from scripted import default_reflection, scripted_lm
 from test_benchmarks import GsmScript
 
 from tfgrpo_dspy import ExperienceLibrary
-from tfgrpo_dspy.results import Candidate
+from tfgrpo_dspy.run.results import Candidate
 from tfgrpo_dspy.usage import Usage
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ from dspy.lm15 import RateLimitError
 from scripted import UPDATE_PIPELINE, ScriptedEngine, default_reflection
 
 from tfgrpo_dspy import TrainingFreeGRPO
-from tfgrpo_dspy.accounting import TrainingAborted
+from tfgrpo_dspy.run.accounting import TrainingAborted
 
 
 def metric(example, prediction, trace=None):
@@ -105,7 +105,7 @@ MISSING_KEY = ("AuthenticationError: litellm.AuthenticationError: OpenAIExceptio
 
 
 def test_an_abort_quotes_the_error_whole_or_cut_at_a_word():
-    from tfgrpo_dspy.accounting import Ledger
+    from tfgrpo_dspy.run.accounting import Ledger
     from tfgrpo_dspy.usage import Usage
 
     ledger = Ledger(min_errors=2)
@@ -120,7 +120,7 @@ def test_an_abort_quotes_the_error_whole_or_cut_at_a_word():
 
 
 def test_all_failed_is_judged_on_the_whole_session():
-    from tfgrpo_dspy.accounting import Ledger
+    from tfgrpo_dspy.run.accounting import Ledger
     from tfgrpo_dspy.usage import Usage
 
     ledger = Ledger()

@@ -1,9 +1,9 @@
 """The gate's audit log: each edit of a rejected step is logged with its own status and its own trial."""
 
-from tfgrpo_dspy.gate import Edit, StepGate
 from tfgrpo_dspy.library.edits import EditOp
 from tfgrpo_dspy.library.library import ExperienceLibrary
-from tfgrpo_dspy.selection import LibraryScore, Selector
+from tfgrpo_dspy.run.gate import Edit, StepGate
+from tfgrpo_dspy.run.selection import LibraryScore, Selector
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
 
 HARMFUL = "When a number is even, halve it first."

@@ -415,7 +415,7 @@ def test_an_update_that_merges_ids_it_invented_still_adds_its_lesson():
 
 def test_retarget_keeps_the_known_ids_of_an_edit():
     from tfgrpo_dspy.library.edits import EditOp
-    from tfgrpo_dspy.update import retarget
+    from tfgrpo_dspy.run.update import retarget
 
     library = ExperienceLibrary.from_texts(["When a, do b.", "When c, do d."])
     one, two = (e.id for e in library)

@@ -68,8 +68,8 @@ def test_words_common_across_the_training_set_are_vocabulary_not_details():
 
 def test_metadata_never_reaches_the_reflection_or_the_restatement_check():
     """The README's own lesson was flagged as stating the answer 'dozens' (a wordproblems family label)."""
-    from tfgrpo_dspy.context import example_material
     from tfgrpo_dspy.reflection.reflection import format_reference
+    from tfgrpo_dspy.run.context import example_material
 
     example = dspy.Example(question="A box holds 2 dozen eggs; 5 break. How many are left?", answer="19",
                            family="dozens", difficulty="hard").with_inputs("question")

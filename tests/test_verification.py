@@ -12,11 +12,11 @@ import pytest
 from scripted import Call, default_reflection, scripted_lm
 
 from tfgrpo_dspy import ExperienceLibrary, TrainingFreeGRPO
-from tfgrpo_dspy.accounting import Ledger
 from tfgrpo_dspy.inference.injection import BLOCK_START
-from tfgrpo_dspy.runlog import RunLog
+from tfgrpo_dspy.run.accounting import Ledger
+from tfgrpo_dspy.run.runlog import RunLog
+from tfgrpo_dspy.run.verification import CandidateLesson, Verifier
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
-from tfgrpo_dspy.verification import CandidateLesson, Verifier
 
 GOOD = "When the question asks for a refund, answer payments."
 SPURIOUS = "When every input arrives, answer payments."

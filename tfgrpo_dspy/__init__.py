@@ -12,7 +12,7 @@ from tfgrpo_dspy.library.edits import ApplyReport, AuditEntry, EditOp
 from tfgrpo_dspy.library.file import Experience
 from tfgrpo_dspy.library.library import ExperienceLibrary, LibraryDiff
 from tfgrpo_dspy.optimizer import TrainingAborted, TrainingFreeGRPO
-from tfgrpo_dspy.results import Candidate, RunEstimate, StepStats, TrainingFreeGRPOResult
+from tfgrpo_dspy.run.results import Candidate, RunEstimate, StepStats, TrainingFreeGRPOResult
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
 from tfgrpo_dspy.stats import PairedComparison, compare_paired
 from tfgrpo_dspy.usage import Usage

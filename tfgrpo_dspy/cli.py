@@ -22,7 +22,7 @@ from tfgrpo_dspy.library.jsonio import write_json_atomic
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.lm import make_lm
 from tfgrpo_dspy.optimizer import TrainingAborted, TrainingFreeGRPO
-from tfgrpo_dspy.results import TrainingFreeGRPOResult
+from tfgrpo_dspy.run.results import TrainingFreeGRPOResult
 from tfgrpo_dspy.settings import DEFAULT_TOP_K, TrainingFreeGRPOSettings
 from tfgrpo_dspy.stats import compare_paired
 from tfgrpo_dspy.tasks import Task, TaskData

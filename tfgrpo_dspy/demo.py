@@ -27,7 +27,7 @@ from tfgrpo_dspy.lm.engine import LlamaCppEngine, MachineSpeed
 from tfgrpo_dspy.optimizer import TrainingFreeGRPO
 from tfgrpo_dspy.report.run import load_run
 from tfgrpo_dspy.report.story import headline, held_out_line, stages
-from tfgrpo_dspy.results import TrainingFreeGRPOResult
+from tfgrpo_dspy.run.results import TrainingFreeGRPOResult
 from tfgrpo_dspy.stats import compare_paired
 from tfgrpo_dspy.tasks import Task, TaskData
 

@@ -1,7 +1,7 @@
 """TrainingFreeGRPO: the DSPy teleprompter that learns an experience library instead of weights.
 
 A thin Teleprompter: it validates its inputs, splits off a selection set, builds the run's parts
-(`tfgrpo_dspy.context.RunContext`), runs the step loop (`tfgrpo_dspy.loop`) and returns a copy of the
+(`tfgrpo_dspy.run.context.RunContext`), runs the step loop (`tfgrpo_dspy.run.loop`) and returns a copy of the
 student that carries the shipped library (the best scored on the selection set; without one, the last
 step's). Every setting lives in `TrainingFreeGRPOSettings`.
 """
@@ -20,17 +20,17 @@ from typing import Any
 import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
 
-from tfgrpo_dspy.accounting import Ledger, TrainingAborted
-from tfgrpo_dspy.context import RunContext
 from tfgrpo_dspy.inference.injection import library_of, with_experiences
 from tfgrpo_dspy.inference.rollouts import metric_call_arity
 from tfgrpo_dspy.library.library import ExperienceLibrary
-from tfgrpo_dspy.loop import StepLoop
 from tfgrpo_dspy.reflection.induction import MIN_SET
 from tfgrpo_dspy.reflection.reflection import ReflectionSignatures, Reflector
-from tfgrpo_dspy.results import RunEstimate
-from tfgrpo_dspy.runlog import RunLog
-from tfgrpo_dspy.selection import Selector
+from tfgrpo_dspy.run.accounting import Ledger, TrainingAborted
+from tfgrpo_dspy.run.context import RunContext
+from tfgrpo_dspy.run.loop import StepLoop
+from tfgrpo_dspy.run.results import RunEstimate
+from tfgrpo_dspy.run.runlog import RunLog
+from tfgrpo_dspy.run.selection import Selector
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings, settings_doc
 
 logger = logging.getLogger(__name__)

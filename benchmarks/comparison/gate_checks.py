@@ -26,7 +26,7 @@ from comparison.presets import Budget
 from comparison.records import HeldOutCheck, SeedRun
 from tfgrpo_dspy import ExperienceLibrary, compare_paired, with_experiences
 from tfgrpo_dspy.library.jsonio import read_json
-from tfgrpo_dspy.results import Candidate
+from tfgrpo_dspy.run.results import Candidate
 
 logger = logging.getLogger("compare")
 

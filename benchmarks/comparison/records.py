@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from tfgrpo_dspy.inference.evaluation import EvalReport
-from tfgrpo_dspy.results import Candidate, TrainingFreeGRPOResult
+from tfgrpo_dspy.run.results import Candidate, TrainingFreeGRPOResult
 from tfgrpo_dspy.stats import flip_rate
 from tfgrpo_dspy.usage import Usage
 

@@ -6,7 +6,7 @@ reference) are put in sets of a few (`induction_sets`): first examples with the 
 for what is left (open answers, rare labels), each failure with its nearest neighbours by input text.
 Each set is shown to the reflection LM as plain text (`format_failures`) and sampled ``num_candidates``
 times; a lesson keeps the first sentence of each part (`first_sentence`: the model's rationale after it is
-not a lesson). What comes back is only a candidate: `tfgrpo_dspy.verification` decides by re-running it.
+not a lesson). What comes back is only a candidate: `tfgrpo_dspy.run.verification` decides by re-running it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the report shows, read once from a run's log directory; where each file lives is `tfgrpo_dspy.runlog`'s.
+"""What the report shows, read once from a run's log directory; where each file lives is `tfgrpo_dspy.run.runlog`'s.
 
 The files that say what the run did (manifest, state, step records, library) are required; rollout,
 proposal and selection records, and the demo's held-out result beside the log, only enrich the page, so
@@ -16,8 +16,8 @@ from typing import Any
 
 from tfgrpo_dspy.library.jsonio import read_json
 from tfgrpo_dspy.library.library import ExperienceLibrary
-from tfgrpo_dspy.results import Candidate, shipped_library
-from tfgrpo_dspy.runlog import RunLog
+from tfgrpo_dspy.run.results import Candidate, shipped_library
+from tfgrpo_dspy.run.runlog import RunLog
 from tfgrpo_dspy.usage import Usage
 
 HELD_OUT_RECORD = "demo.json"  # `tfgrpo demo` writes it beside log/: held-out accuracy before and after

@@ -1,6 +1,6 @@
 """What every phase of a run needs, built complete in one place (`RunContext.build`).
 
-The phases (`tfgrpo_dspy.phases`), the update (`tfgrpo_dspy.update`) and the verification read it; none
+The phases (`tfgrpo_dspy.run.phases`), the update (`tfgrpo_dspy.run.update`) and the verification read it; none
 of them builds parts of it, so the imports run one way: context <- phases, update, loop <- optimizer.
 """
 
@@ -11,14 +11,14 @@ from dataclasses import dataclass
 
 import dspy
 
-from tfgrpo_dspy.accounting import Ledger
 from tfgrpo_dspy.inference.rollouts import GroupOutcome
 from tfgrpo_dspy.reflection.guard import LessonGuard
 from tfgrpo_dspy.reflection.lessons import ExampleMaterial, Vocabulary
 from tfgrpo_dspy.reflection.reflection import Reflector, as_text, format_reference
-from tfgrpo_dspy.runlog import RunLog
+from tfgrpo_dspy.run.accounting import Ledger
+from tfgrpo_dspy.run.runlog import RunLog
+from tfgrpo_dspy.run.verification import Verifier
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
-from tfgrpo_dspy.verification import Verifier
 
 
 def example_material(example: dspy.Example, reference_fields: tuple[str, ...] | None,

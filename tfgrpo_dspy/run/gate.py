@@ -1,7 +1,7 @@
 """The selection gate of one step: a step's edits stay only if the edited library earns its place.
 
 The candidate library (the current one plus the step's edits) is scored on the selection set against
-the current one, paired (`tfgrpo_dspy.selection`). When a step with several edits fails, each edit is
+the current one, paired (`tfgrpo_dspy.run.selection`). When a step with several edits fails, each edit is
 tried alone (at most ``gate_budget``), so one bad lesson does not sink good ones. Rejected edits stay in
 the kept library's audit log with the reason that rejected them.
 """
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from tfgrpo_dspy.library.edits import AuditEntry, EditOp
 from tfgrpo_dspy.library.library import ExperienceLibrary
-from tfgrpo_dspy.results import Candidate
-from tfgrpo_dspy.selection import GateDecision, LibraryScore, Selector
+from tfgrpo_dspy.run.results import Candidate
+from tfgrpo_dspy.run.selection import GateDecision, LibraryScore, Selector
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
 from tfgrpo_dspy.stats import one_sided_sign_test
 

@@ -1,9 +1,9 @@
 """The step loop: sample -> reflect -> update -> gate, step after step, resumable at every step.
 
-One step (a batch of training examples) runs the phases (`tfgrpo_dspy.phases`), credits the lessons
+One step (a batch of training examples) runs the phases (`tfgrpo_dspy.run.phases`), credits the lessons
 the rollouts applied (ACE-style helpful / harmful counters) and prunes those with a harmful record,
 turns the update's edits into a candidate library, and keeps it only if it earns its place on the
-selection set (`tfgrpo_dspy.gate`). The loop returns the best library it saw, the initial one included.
+selection set (`tfgrpo_dspy.run.gate`). The loop returns the best library it saw, the initial one included.
 """
 
 from __future__ import annotations
@@ -12,18 +12,18 @@ import logging
 import random
 import time
 
-from tfgrpo_dspy.accounting import StopRun
-from tfgrpo_dspy.context import RunContext
-from tfgrpo_dspy.gate import Edit, StepGate, candidate_record
 from tfgrpo_dspy.inference.rollouts import GroupOutcome
 from tfgrpo_dspy.library.edits import ApplyReport, EditOp
 from tfgrpo_dspy.library.library import ExperienceLibrary
-from tfgrpo_dspy.phases import Phases
 from tfgrpo_dspy.reflection.reflection import SUCCESS, Proposal, RolloutSummary
-from tfgrpo_dspy.results import Candidate, StepStats, TrainingFreeGRPOResult
-from tfgrpo_dspy.selection import Selector
+from tfgrpo_dspy.run.accounting import StopRun
+from tfgrpo_dspy.run.context import RunContext
+from tfgrpo_dspy.run.gate import Edit, StepGate, candidate_record
+from tfgrpo_dspy.run.phases import Phases
+from tfgrpo_dspy.run.results import Candidate, StepStats, TrainingFreeGRPOResult
+from tfgrpo_dspy.run.selection import Selector
+from tfgrpo_dspy.run.verification import LessonCheck
 from tfgrpo_dspy.usage import Usage
-from tfgrpo_dspy.verification import LessonCheck
 
 logger = logging.getLogger(__name__)
 

@@ -6,10 +6,10 @@
     induce     several failed examples at once -> num_candidates candidate lessons per set, through the
                guard (`tfgrpo_dspy.reflection.induction`)
     verify     each candidate re-run greedily on training examples, kept only if it fixes more than it
-               breaks (`tfgrpo_dspy.verification`)
+               breaks (`tfgrpo_dspy.run.verification`)
     update     near-duplicate lessons clustered across groups, then update calls in context-sized
                chunks -> edits, through the guard and the delete rules -> a candidate library
-               (`tfgrpo_dspy.update`); used when lessons are not verified
+               (`tfgrpo_dspy.run.update`); used when lessons are not verified
 
 Every result is written to the run log as soon as it exists and reused on resume; a failed record
 is redone.
@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 
 import tqdm
 
-from tfgrpo_dspy.context import RunContext
 from tfgrpo_dspy.inference.injection import with_experiences
 from tfgrpo_dspy.inference.rollouts import GroupOutcome, Rollout, apply_majority_vote, run_rollout
 from tfgrpo_dspy.library.edits import ApplyReport
@@ -40,8 +39,9 @@ from tfgrpo_dspy.reflection.induction import (
 )
 from tfgrpo_dspy.reflection.lessons import LessonCluster, cluster_lessons, render_lesson
 from tfgrpo_dspy.reflection.reflection import Lesson, Proposal, RolloutSummary, UpdateDecision
-from tfgrpo_dspy.update import UpdatePhase
-from tfgrpo_dspy.verification import CandidateLesson, LessonCheck
+from tfgrpo_dspy.run.context import RunContext
+from tfgrpo_dspy.run.update import UpdatePhase
+from tfgrpo_dspy.run.verification import CandidateLesson, LessonCheck
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class Phases:
     # -- update -------------------------------------------------------------------------------------
     def update(self, step: int, proposals: Sequence[Proposal], library: ExperienceLibrary
                ) -> tuple[ExperienceLibrary, list[ApplyReport], list[UpdateDecision], list[LessonCluster]]:
-        """Decide and apply the step's edits on a copy of ``library`` (`tfgrpo_dspy.update`)."""
+        """Decide and apply the step's edits on a copy of ``library`` (`tfgrpo_dspy.run.update`)."""
         return UpdatePhase(self.ctx).run(step, proposals, library)
 
     # -- machinery ----------------------------------------------------------------------------------

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 import dspy
 import tqdm
 
-from tfgrpo_dspy.accounting import Ledger
 from tfgrpo_dspy.inference.injection import with_experiences
 from tfgrpo_dspy.inference.rollouts import Rollout, run_rollout
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.parallel import map_in_threads
-from tfgrpo_dspy.runlog import RunLog
+from tfgrpo_dspy.run.accounting import Ledger
+from tfgrpo_dspy.run.runlog import RunLog
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
 from tfgrpo_dspy.stats import PairedComparison, compare_paired, one_sided_sign_test
 from tfgrpo_dspy.usage import Usage

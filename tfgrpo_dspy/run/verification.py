@@ -30,15 +30,15 @@ from typing import Any
 import dspy
 import tqdm
 
-from tfgrpo_dspy.accounting import Ledger
 from tfgrpo_dspy.inference.injection import collect_shown_lessons, with_experiences
 from tfgrpo_dspy.inference.rollouts import run_rollout
 from tfgrpo_dspy.library.edits import EditOp
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.parallel import map_in_threads
 from tfgrpo_dspy.reflection.reflection import SUCCESS
-from tfgrpo_dspy.runlog import RunLog
-from tfgrpo_dspy.selection import library_fingerprint
+from tfgrpo_dspy.run.accounting import Ledger
+from tfgrpo_dspy.run.runlog import RunLog
+from tfgrpo_dspy.run.selection import library_fingerprint
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
 
 logger = logging.getLogger(__name__)
