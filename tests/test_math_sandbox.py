@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-import tfgrpo_dspy.kits.math.sandbox as sandbox_module
+import tfgrpo_dspy.kits.math.sandbox.runner as sandbox_module
 from tfgrpo_dspy.kits.math.sandbox import Isolation, PythonSandbox, SandboxUnavailable, probe_isolation
 
 ISOLATION = probe_isolation()
@@ -35,6 +35,8 @@ NOBODY = 65534
 # Set by the unprivileged re-run: HOME is then a throwaway directory with a planted ~/.bashrc the probes may attack.
 PLANTED_HOME_ENV = "TFGRPO_TEST_PLANTED_HOME"
 REPO = Path(__file__).resolve().parents[1]
+# The folder that holds the sandbox package: with it on sys.path, "import sandbox" loads the sandbox alone.
+SANDBOX_HOME = Path(sandbox_module.__file__).parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +152,7 @@ def test_without_namespaces_it_refuses_unless_unsafe_is_chosen(monkeypatch: pyte
 _REFUSAL_SCRIPT = """
 import sys
 sys.path.insert(0, {directory!r})
-import sandbox  # light: the module alone, not the package
+import sandbox  # light: the sandbox alone, not tfgrpo_dspy
 print(sandbox.probe_isolation().namespaces)
 try:
     sandbox.PythonSandbox(allow_unsafe=False).run("print('ran')")
@@ -163,7 +165,7 @@ print(sandbox.PythonSandbox(allow_unsafe=True).run("print('ran unisolated')").st
 @needs_namespaces
 def test_a_kernel_without_namespaces_gets_a_refusal_not_a_silent_fallback() -> None:
     # A user namespace that may create no further ones stands in for such a kernel (or a locked-down container).
-    script = _REFUSAL_SCRIPT.format(directory=str(Path(sandbox_module.__file__).parent))
+    script = _REFUSAL_SCRIPT.format(directory=str(SANDBOX_HOME))
     no_namespaces = ["sh", "-c", 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"', "-"]
     command = ["unshare", "--user", "--map-root-user", "--", *no_namespaces, sys.executable, "-c", script]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env={"PATH": os.environ["PATH"]})
@@ -427,7 +429,7 @@ def test_no_process_outlives_a_timeout(marker: str) -> None:
 def test_sandbox_ends_even_when_its_host_process_dies(marker: str, tmp_path: Path) -> None:
     sleeper = _become_marked(marker, "import time; time.sleep(60)")
     host_code = (
-        f"import sys\nsys.path.insert(0, {str(Path(sandbox_module.__file__).parent)!r})\n"  # light: no package import
+        f"import sys\nsys.path.insert(0, {str(SANDBOX_HOME)!r})\n"  # light: no package import
         f"import sandbox\nsandbox.PythonSandbox(timeout_seconds=1).run({sleeper!r})\n"
     )
     host = subprocess.Popen([sys.executable, "-c", host_code], env={**os.environ, "TMPDIR": str(tmp_path)})
