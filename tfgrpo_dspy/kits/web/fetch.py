@@ -19,13 +19,15 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
-import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import httpx
+
+from tfgrpo_dspy.kits.web.addresses import embedded_ipv4, is_public, normalize_ip
+from tfgrpo_dspy.kits.web.watchdog import Watchdog
 
 logger = logging.getLogger(__name__)
 
@@ -35,10 +37,6 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 # Content encodings decoded here, with their zlib window bits (deflate: a zlib stream; +32 also accepts gzip).
 DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": 32 + zlib.MAX_WBITS}
 ACCEPT_ENCODING = "gzip, deflate"
-# Not public, whatever this Python's `ipaddress` says (its tables changed between versions): the IETF protocol
-# assignments block (192.0.0.8 and its neighbours), deprecated site-local IPv6, local-use NAT64 (RFC 8215).
-NOT_PUBLIC_NETWORKS = tuple(ipaddress.ip_network(net) for net in ("192.0.0.0/24", "fec0::/10", "64:ff9b:1::/48"))
-NAT64_NETWORK = ipaddress.ip_network("64:ff9b::/96")
 
 Resolver = Callable[[str, int], list[str]]
 
@@ -76,7 +74,7 @@ class FetchPolicy:
         if isinstance(self.allowed_addresses, str):
             raise TypeError("allowed_addresses must be a collection of IP strings, not one string")
         try:
-            normalized = frozenset(str(_normalize_ip(a)) for a in self.allowed_addresses)
+            normalized = frozenset(str(normalize_ip(a)) for a in self.allowed_addresses)
         except ValueError as err:
             raise ValueError(f"allowed_addresses holds something that is not an IP address: {err}") from err
         object.__setattr__(self, "allowed_addresses", normalized)
@@ -107,34 +105,6 @@ def resolve_host(host: str, port: int) -> list[str]:
     except (socket.gaierror, UnicodeError) as err:  # UnicodeError: a name IDNA cannot encode
         raise FetchError(f"cannot resolve host {host!r}: {err}") from err
     return list(dict.fromkeys(info[4][0] for info in infos))
-
-
-def _normalize_ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])  # drop an IPv6 zone id
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
-    return ip
-
-
-def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
-    """The IPv4 addresses an IPv6 address leads to (IPv4-mapped ones are unwrapped earlier, by `_normalize_ip`)."""
-    value = int(ip)
-    if ip.sixtofour is not None:  # 2002:aabb:ccdd::/48
-        return [ip.sixtofour]
-    if ip.teredo is not None:  # 2001::/32: (server, client)
-        return list(ip.teredo)
-    compatible = value >> 32 == 0 and value > 1  # ::a.b.c.d (deprecated), but not :: or ::1
-    translated = value >> 32 == 0xFFFF0000  # ::ffff:0:a.b.c.d (SIIT)
-    if compatible or translated or ip in NAT64_NETWORK:  # NAT64: 64:ff9b::a.b.c.d
-        return [ipaddress.IPv4Address(value & 0xFFFFFFFF)]
-    return []
-
-
-def _is_public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    if any(ip.version == net.version and ip in net for net in NOT_PUBLIC_NETWORKS):
-        return False
-    special = ip.is_private or ip.is_reserved or ip.is_loopback or ip.is_link_local or ip.is_multicast
-    return ip.is_global and not special and not ip.is_unspecified
 
 
 def _site_key(host: str) -> str:
@@ -227,14 +197,14 @@ class SafeFetcher:
 
     def _check_address(self, host: str, address: str) -> None:
         try:
-            ip = _normalize_ip(address)
+            ip = normalize_ip(address)
         except ValueError as err:
             raise FetchRefused(f"host {host!r} resolved to an invalid address {address!r}") from err
         if str(ip) in self.policy.allowed_addresses:
             return
-        embedded = _embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else []
+        embedded = embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else []
         # An IPv6 address that carries IPv4 is judged by where it leads (its prefix alone says nothing).
-        if not all(map(_is_public, embedded or [ip])):
+        if not all(map(is_public, embedded or [ip])):
             carrying = f" (carrying {', '.join(map(str, embedded))})" if embedded else ""
             raise FetchRefused(
                 f"host {host!r} resolves to {ip}{carrying}, a private, loopback, link-local or reserved address"
@@ -273,7 +243,7 @@ class SafeFetcher:
         timed_out = f"timed out after {self.policy.timeout_s:g}s fetching {url}"
         if remaining <= 0:
             raise FetchError(timed_out)
-        with _Watchdog(remaining) as watchdog:
+        with Watchdog(remaining) as watchdog:
             extensions: dict[str, object] = {"trace": watchdog.trace}
             if url.scheme == "https":
                 extensions["sni_hostname"] = url.host
@@ -329,51 +299,6 @@ class SafeFetcher:
             if time.monotonic() > deadline:  # a slow drip never trips the per-read timeout
                 raise FetchError(f"timed out after {self.policy.timeout_s:g}s reading {url}")
         return decoder.finish(), False
-
-
-class _Watchdog:
-    """Shuts a request's connection once its time is up, wherever the request is (connect, TLS, headers, body).
-
-    httpx's timeouts bound each read, not the request: a server sending a header byte every 0.3 s would hold a
-    fetch forever. httpcore's trace hook hands over each new connection's socket; a timer shuts it at the deadline,
-    so the blocked read returns at once and the fetch fails with a time out.
-    """
-
-    def __init__(self, seconds: float):
-        self.fired = False
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-
-    def __enter__(self) -> _Watchdog:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
-
-    def trace(self, event: str, info: dict) -> None:
-        if event != "connection.connect_tcp.complete":
-            return
-        sock = info["return_value"].get_extra_info("socket")
-        with self._lock:
-            self._sockets.append(sock)
-            if self.fired:  # connected just after the deadline
-                _shut(sock)
-
-    def _fire(self) -> None:
-        with self._lock:
-            self.fired = True
-            for sock in self._sockets:
-                _shut(sock)
-
-
-def _shut(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # already closed
 
 
 class _BoundedDecoder:
