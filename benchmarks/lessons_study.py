@@ -105,8 +105,9 @@ def gsm8k_task(path: str, n: int, seed: int) -> StudyTask:
 
 
 def tickets_task(n: int, seed: int) -> StudyTask:
-    from tfgrpo_dspy.kits.tickets.generator import HOUSE_RULES, PLACEBO_LESSONS, generate_tickets
+    from tfgrpo_dspy.kits.tickets.generator import generate_tickets
     from tfgrpo_dspy.kits.tickets.metric import queue_match
+    from tfgrpo_dspy.kits.tickets.rules import HOUSE_RULES, PLACEBO_LESSONS
     from tfgrpo_dspy.kits.tickets.task import make_program
 
     return StudyTask("tickets", "domain rules", generate_tickets(n, seed, split="heldout"), make_program,

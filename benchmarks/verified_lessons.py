@@ -42,7 +42,8 @@ import dspy
 from tfgrpo_dspy import ExperienceLibrary
 from tfgrpo_dspy.demo import demo_optimizer, machine_speed
 from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k
-from tfgrpo_dspy.kits.tickets.generator import HOUSE_RULES, PLACEBO_LESSONS, generate_tickets
+from tfgrpo_dspy.kits.tickets.generator import generate_tickets
+from tfgrpo_dspy.kits.tickets.rules import HOUSE_RULES, PLACEBO_LESSONS
 from tfgrpo_dspy.kits.tickets.task import TICKETS
 from tfgrpo_dspy.library.jsonio import read_json, write_json_atomic
 from tfgrpo_dspy.lm import make_lm

@@ -128,7 +128,7 @@ def default_reflection(call: Call) -> dict[str, Any] | None:
 def ticket_router(call: Call) -> dict[str, Any]:
     """The tickets demo on a scripted LM: reflection from `default_reflection`; sampled rollouts (seeded) spread
     over the queues, so groups are mixed; greedy calls say "general"."""
-    from tfgrpo_dspy.kits.tickets.generator import QUEUES
+    from tfgrpo_dspy.kits.tickets.rules import QUEUES
 
     reply = default_reflection(call)
     if reply is not None:

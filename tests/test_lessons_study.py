@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from scripted import scripted_lm
 
-from tfgrpo_dspy.kits.tickets.generator import HOUSE_RULES
+from tfgrpo_dspy.kits.tickets.rules import HOUSE_RULES
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 

@@ -8,7 +8,9 @@ from collections import Counter
 import dspy
 import pytest
 
-from tfgrpo_dspy.kits.tickets.generator import (
+from tfgrpo_dspy.kits.tickets.generator import generate_tickets
+from tfgrpo_dspy.kits.tickets.metric import parse_queue, queue_match
+from tfgrpo_dspy.kits.tickets.rules import (
     HARDWARE,
     HOUSE_RULES,
     PLACEBO_LESSONS,
@@ -18,10 +20,8 @@ from tfgrpo_dspy.kits.tickets.generator import (
     RULES_BY_NAME,
     SOFTWARE,
     TicketFacts,
-    generate_tickets,
     route,
 )
-from tfgrpo_dspy.kits.tickets.metric import parse_queue, queue_match
 from tfgrpo_dspy.kits.tickets.task import TICKET_TASKS, make_program
 from tfgrpo_dspy.library.file import word_count
 from tfgrpo_dspy.optimizer import TrainingFreeGRPO

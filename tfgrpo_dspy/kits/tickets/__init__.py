@@ -1,15 +1,8 @@
 """Tickets kit: SYNTHETIC support tickets routed by made-up house rules that only feedback reveals."""
 
-from tfgrpo_dspy.kits.tickets.generator import (
-    HOUSE_RULES,
-    PLACEBO_LESSONS,
-    QUEUES,
-    Rule,
-    TicketFacts,
-    generate_tickets,
-    route,
-)
+from tfgrpo_dspy.kits.tickets.generator import generate_tickets
 from tfgrpo_dspy.kits.tickets.metric import parse_queue, queue_match
+from tfgrpo_dspy.kits.tickets.rules import HOUSE_RULES, PLACEBO_LESSONS, QUEUES, Rule, TicketFacts, route
 from tfgrpo_dspy.kits.tickets.task import TICKET_TASKS, TICKETS, make_program
 
 __all__ = [

@@ -12,7 +12,7 @@ from typing import Any
 
 import dspy
 
-from tfgrpo_dspy.kits.tickets.generator import QUEUES
+from tfgrpo_dspy.kits.tickets.rules import QUEUES
 
 # Characters stripped from both ends of an answer: space, quotes, markdown marks, punctuation.
 _EDGES = " \t\r\n\"'`*_.,;:!?()[]{}<>"

@@ -6,8 +6,9 @@ from functools import partial
 
 import dspy
 
-from tfgrpo_dspy.kits.tickets.generator import QUEUES, Split, generate_tickets
+from tfgrpo_dspy.kits.tickets.generator import Split, generate_tickets
 from tfgrpo_dspy.kits.tickets.metric import queue_match
+from tfgrpo_dspy.kits.tickets.rules import QUEUES
 from tfgrpo_dspy.tasks import Task, TaskData
 
 DEFAULT_TRAIN_N = 24  # every house rule two or three times (10 rules taken in turn)
