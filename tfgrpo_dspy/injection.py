@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import re
 import warnings
 from collections.abc import Iterator, Sequence
@@ -33,6 +34,7 @@ from typing import Any
 
 import dspy
 from dspy.primitives.module import set_attribute_by_name
+from rank_bm25 import BM25Okapi
 
 from tfgrpo_dspy.library import Experience, ExperienceLibrary
 from tfgrpo_dspy.settings import DEFAULT_TOP_K, PLACEMENTS
@@ -88,10 +90,7 @@ def relevant_lessons(library: ExperienceLibrary, query: str, k: int | None) -> E
     """The ``k`` lessons of ``library`` most relevant to ``query`` (BM25), in library order."""
     if k is None or len(library) <= k:
         return library
-    from rank_bm25 import BM25Okapi
-
-    tokenize = _tokens
-    scores = BM25Okapi([tokenize(e.text) for e in library]).get_scores(tokenize(query))
+    scores = LuceneBM25([_tokens(e.text) for e in library]).get_scores(_tokens(query))
     ranked = sorted(range(len(library)), key=lambda i: (-scores[i], i))[:k]
     chosen = {library.experiences[i].id for i in ranked}
     return ExperienceLibrary([e for e in library if e.id in chosen], max_experiences=library.max_experiences,
@@ -116,6 +115,16 @@ def collect_shown_lessons() -> Iterator[set[int]]:
 
 def _tokens(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
+
+
+class LuceneBM25(BM25Okapi):
+    """BM25 with Lucene's idf, log(1 + (N - n + 0.5) / (n + 0.5)), which is positive for every word. Okapi's idf
+    (rank_bm25's BM25Okapi) is zero for a word in one of two lessons and negative for one in both, so a library
+    of two lessons showed its first lesson to every input."""
+
+    def _calc_idf(self, nd: dict[str, int]) -> None:
+        for word, freq in nd.items():
+            self.idf[word] = math.log(1 + (self.corpus_size - freq + 0.5) / (freq + 0.5))
 
 
 class ExperiencePredict(dspy.Predict):
