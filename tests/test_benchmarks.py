@@ -651,6 +651,8 @@ def test_a_reflection_replay_reuses_the_demo_rollouts_and_asks_with_the_chosen_p
     # no library reached the gate and none is rescored on the held-out rows.
     checks = json.loads((out / "log" / "steps" / "0001" / "checks" / "lessons.json").read_text())["checks"]
     assert checks and not any(c["kept"] for c in checks) and report["rejected_on_held_out"] == []
-    assert (demo / "log" / "steps" / "0001" / "proposals").is_dir()  # the demo's own log is left as it was
+    # The demo's own log is left as it was (the copy lost these).
+    assert (demo / "log" / "state.json").is_file() and (demo / "log" / "steps" / "0001" / "step.json").is_file()
+    assert json.loads((demo / "log" / "manifest.json").read_text())["settings"]["extraction"] is False
     with pytest.raises(FileExistsError):
         replay.main(["--demo", str(demo), "--variant", "rule", "--out", str(out)])

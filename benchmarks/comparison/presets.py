@@ -10,12 +10,11 @@ ABLATIONS = ("direct_tips", "group1", "no_gt")
 TASKS = ("wordproblems", "gsm8k", "tickets")
 # A method runs after the one it reads from: its student program, or the size of the library it imitates.
 READS_FROM = {"tfgrpo_on_bootstrap": "bootstrap", "direct_tips": "tfgrpo_paper"}
-# The paper's recipe: every step's edits kept, no selection set, the whole trainset as one batch, every
-# lesson in the prompt.
-# The paper's recipe: no selection, no gate, every lesson shown, the reflection on mixed groups only, and the
-# batch update deciding the edits (no induction, no verification).
+# The paper's recipe: no selection, no gate, the whole trainset as one batch, every lesson shown, the
+# per-group reflection on mixed groups only, and the batch update deciding the edits (no induction, no
+# verification).
 PAPER_RECIPE: dict[str, Any] = {"val_fraction": 0, "gate": False, "batch_size": None, "top_k": None,
-                                "failed_groups": False, "induction": False, "verify": False}
+                                "extraction": True, "failed_groups": False, "induction": False, "verify": False}
 CHARS_PER_TOKEN = 4  # the same rule as ExperienceLibrary.approx_tokens
 LABELED_K = 16  # dspy.LabeledFewShot's own default k
 
