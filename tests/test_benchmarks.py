@@ -360,7 +360,7 @@ def test_gsm8k_preset_is_greedy_paired_and_sized_as_the_issue_asks():
     assert (preset.k, preset.eval_temperature, preset.repeat_none, preset.task) == (1, 0.0, True, "gsm8k")
     assert preset.methods == presets.HEAD_TO_HEAD
     assert (preset.max_bootstrapped_demos, preset.max_labeled_demos, preset.group_size, preset.epochs) == (4, 4, 4, 1)
-    assert preset.batch_size is None and preset.lm_options == {"n_parallel": 4, "repeatable_greedy": False}
+    assert preset.batch_size is None and preset.lm_options == {}  # the repeatable greedy path
 
 
 def test_gsm8k_preset_split_is_disjoint_seeded_and_keeps_the_worked_solution(gsm_source, gsm_budget):
@@ -514,7 +514,7 @@ def test_gsm8k_preset_end_to_end_resumes_after_an_interruption(gsm_source, gsm_b
         with pytest.raises(KeyboardInterrupt):
             cli.main(argv)
     # the preset's server options, then the override
-    assert options == [{"n_parallel": 4, "repeatable_greedy": False, "n_ctx": 8192}]
+    assert options == [{"n_ctx": 8192}]
     partial = json.loads((tmp_path / "compare_gsm8k.json").read_text())
     assert partial["complete"] is False
     assert [r["method"] for r in partial["tasks"]["gsm8k"]["results"]] == ["none", "bootstrap", "tfgrpo_paper"]
@@ -530,7 +530,7 @@ def test_gsm8k_preset_end_to_end_resumes_after_an_interruption(gsm_source, gsm_b
 
     report = json.loads((tmp_path / "compare_gsm8k.json").read_text())
     assert report["complete"] is True
-    assert report["lm_options"] == {"n_parallel": 4, "repeatable_greedy": False, "n_ctx": 8192}
+    assert report["lm_options"] == {"n_ctx": 8192}
     assert report["budget"]["test_n"] == 6 and report["runs_dir"] == str(runs)
     assert len(report["load_average"]) == 2 and report["code"]
     assert "not the embedded model" in report["throughput_at_start"]["skipped"]  # the scripted LM: no call made
