@@ -656,3 +656,24 @@ def test_a_reflection_replay_reuses_the_demo_rollouts_and_asks_with_the_chosen_p
     assert json.loads((demo / "log" / "manifest.json").read_text())["settings"]["extraction"] is False
     with pytest.raises(FileExistsError):
         replay.main(["--demo", str(demo), "--variant", "rule", "--out", str(out)])
+
+
+def test_verified_lessons_scores_every_compile_seed_against_the_same_references(monkeypatch, tmp_path):
+    bench = load_script("verified_lessons")
+    lm = scripted_lm(ticket_router)
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench, "make_lm", lambda spec, **kwargs: lm)
+    assert bench.main(["--tickets", "6", "--compile-seeds", "2", "--stem", "vl"]) == 0
+    (task,) = json.loads((tmp_path / "vl.json").read_text())["tasks"]
+    learned = ["learned (compile seed 0)", "learned (compile seed 1)"]
+    assert list(task["accuracy"]) == ["none", learned[0], "control", "rules@top1", "placebo@top1", learned[1]]
+    assert [c["seed"] for c in task["compiles"]] == [0, 1]
+    pairs = {(c["base"], c["other"]) for c in task["comparisons"]}
+    assert {("none", learned[1]), ("control", learned[1]), (learned[0], "rules@top1")} <= pairs
+    assert all(len(rows) == 6 for rows in task["per_problem"].values())
+    text = (tmp_path / "vl.md").read_text()
+    assert "### Compile seed 1" in text and "Compile to compile: learned vs none over 2 compile seeds" in text
+    # The compiles keep their own run logs: a rerun loads them and the saved answers, and calls nothing.
+    calls = len(lm.engine.calls)
+    assert bench.main(["--tickets", "6", "--compile-seeds", "2", "--stem", "vl"]) == 0
+    assert len(lm.engine.calls) == calls

@@ -199,6 +199,17 @@ def test_without_the_carrier_the_retrieved_lessons_would_be_missing(tmp_path):
     saved = json.loads((tmp_path / "p.json").read_text())
     assert not any(lesson in saved["signature"]["instructions"] for lesson in FOUR_LESSONS)
     assert [e["text"] for e in saved["tfgrpo_experiences"]["library"]["experiences"]] == list(FOUR_LESSONS)
+    assert saved["tfgrpo_experiences"]["retrieval"] == "bm25-lucene-idf"
+
+
+def test_a_saved_evaluation_of_a_program_under_another_retrieval_is_not_reused(monkeypatch):
+    from tfgrpo_dspy import injection
+    from tfgrpo_dspy.evaluation import fingerprint
+
+    program = with_experiences(dspy.Predict("question -> answer"), lib(*FOUR_LESSONS))
+    before = fingerprint(program)
+    monkeypatch.setattr(injection, "RETRIEVAL", "another-retrieval")
+    assert fingerprint(program) != before
 
 
 def test_load_program_is_the_explicit_call_and_names_a_predictor_that_cannot_carry(tmp_path):

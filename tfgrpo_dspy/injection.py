@@ -50,6 +50,7 @@ EXPERIENCES_DESC = "lessons learned from earlier attempts at this task; apply th
 _BLOCK_RE = re.compile(r"\n*" + re.escape(BLOCK_START) + r".*?" + re.escape(BLOCK_END) + r"\n*", re.DOTALL)
 _LINE_RE = re.compile(r"^\[E(\d+)\] (.+)$")
 _STATE_KEY = "tfgrpo_experiences"
+RETRIEVAL = "bm25-lucene-idf"  # see LuceneBM25; the name changes whenever the choice of lessons does
 
 
 def render_block(library: ExperienceLibrary) -> str:
@@ -183,8 +184,10 @@ class ExperiencePredict(dspy.Predict):
 
     def dump_state(self, json_mode: bool = True) -> dict[str, Any]:
         state = super().dump_state(json_mode=json_mode)
+        # "retrieval" names how top_k lessons are chosen: a saved evaluation of a program made under another
+        # retrieval has another fingerprint (`evaluation.fingerprint`), so its answers are not reused.
         state[_STATE_KEY] = {"library": self.experience_library.to_dict(include_audit=False),
-                             "placement": self.placement, "top_k": self.top_k}
+                             "placement": self.placement, "top_k": self.top_k, "retrieval": RETRIEVAL}
         return state
 
     def load_state(self, state: dict[str, Any], **kwargs: Any) -> ExperiencePredict:
