@@ -61,9 +61,10 @@ EARLIER_PIPELINE = {"failed_groups": False, "induction": False, "verify": False}
 
 
 def replayed_pipeline(log: Path) -> dict:
-    """The demo's own pipeline settings, read from its manifest (the replay must run the same steps)."""
+    """The demo's own pipeline settings, read from its manifest (the replay must run the same steps), with the
+    per-group reflection on whatever the demo did: replaying its prompt is the point."""
     settings = json.loads((log / "manifest.json").read_text(encoding="utf-8")).get("settings", {})
-    return {name: settings.get(name, value) for name, value in EARLIER_PIPELINE.items()}
+    return {**{name: settings.get(name, value) for name, value in EARLIER_PIPELINE.items()}, "extraction": True}
 
 
 def load_reflection_quality() -> Any:
@@ -74,10 +75,14 @@ def load_reflection_quality() -> Any:
 
 
 def copy_rollouts_only(source: Path, target: Path) -> None:
-    """The demo's log without what the reflection decided: rollouts, the manifest and selection scores stay."""
+    """The demo's log without what the reflection decided: rollouts, the manifest and selection scores stay.
+    The manifest says the per-group reflection is on: the replay runs it whatever the demo did."""
     if target.exists():
         raise FileExistsError(f"--out: {target} exists; choose a new folder (a replay starts from the demo's log)")
     shutil.copytree(source, target)
+    manifest = json.loads((target / "manifest.json").read_text(encoding="utf-8"))
+    manifest.setdefault("settings", {})["extraction"] = True
+    (target / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
     for name in ("state.json", "library.json", "shipped.json"):
         (target / name).unlink(missing_ok=True)
     for step in (target / "steps").iterdir():

@@ -1,15 +1,16 @@
 """Does a default compile on the embedded model learn lessons that help, on fresh held-out data? (issue 27)
 
 Tickets: the demo's compile (`tfgrpo_dspy.demo.demo_optimizer`: 24 training and 16 selection tickets of the
-train split, seed 0) and five programs scored greedily on the same held-out tickets (the held-out split,
-seed 1000, which no default was chosen on; 300 by default):
+train split, seed 0), once per compile seed (``--compile-seeds``, default 3: optimizer seeds 0, 1, 2 on the
+same data, since one compile is one sample of the method), and these programs scored greedily on the same
+held-out tickets (the held-out split, seed 1000, which no default was chosen on; 300 by default):
 
-    none         the program without lessons
-    learned      the compiled program: the library the run shipped, top 1 per ticket (the default)
-    control      one lesson naming the training set's most frequent right answer ("When unsure, answer X."):
-                 what shifting answers toward a common label alone does
-    rules@top1   the ten true house rules, the most relevant one per ticket (the ceiling)
-    placebo@top1 ten neutral sentences, one per ticket
+    none                          the program without lessons
+    learned (compile seed k)      the compiled program: the library that compile shipped, top 1 per ticket
+    control                       one lesson naming the training set's most frequent right answer ("When
+                                  unsure, answer X."): what shifting answers toward a common label alone does
+    rules@top1                    the ten true house rules, the most relevant one per ticket (the ceiling)
+    placebo@top1                  ten neutral sentences, one per ticket
 
 GSM8K (with ``--gsm8k PATH``): a compile (the defaults, trimmed for time: see `run_gsm8k`) on 32 training
 and 20 selection rows of the file, and the
@@ -21,7 +22,8 @@ interval, won / lost and the exact sign test; "better" needs both.
     python benchmarks/verified_lessons.py --gsm8k /work/shared/data/gsm8k/train.jsonl --tasks gsm8k
 
 Everything is resumable: the compiles keep their run logs and every evaluation saves each answer
-(``results/verified_lessons.runs/``); rerunning the command continues where it stopped.
+(``results/verified_lessons.runs/``); rerunning the command continues where it stopped. The first run of this
+benchmark (one compile, before lessons were verified on top of each other) is ``results/verified_lessons_v1.*``.
 """
 
 from __future__ import annotations
@@ -84,7 +86,10 @@ def compile_record(compiled: dspy.Module) -> dict[str, Any]:
         for path in sorted(Path(result.log_dir).glob("steps/*/checks/lessons.json")):
             checks += read_json(path).get("checks", [])
     steps = [s.to_dict() for s in result.steps]
+    # The run's own clock (a resumed compile's steps were timed when they ran): its steps and the starting
+    # library's selection score (outside the steps) are not all of it, but the calls are.
     return {"shipped": result.shipped, "lessons": compiled.experience_library.texts,
+            "step_seconds": round(sum(s["wall_time_s"] for s in steps)),
             "candidates_proposed": sum(s["lessons_proposed"] + s["induced_lessons"] for s in steps),
             "candidates_checked": sum(s["lessons_checked"] for s in steps),
             "candidates_verified": sum(s["lessons_verified"] for s in steps),
@@ -94,29 +99,41 @@ def compile_record(compiled: dspy.Module) -> dict[str, Any]:
                                                          ("policy", "reflection", "verification", "selection")}}
 
 
-def run_tickets(lm: dspy.LM, n: int, store: Path) -> dict[str, Any]:
+def run_tickets(lm: dspy.LM, n: int, store: Path, compile_seeds: int = 1) -> dict[str, Any]:
+    """The demo's compile with optimizer seeds 0 .. compile_seeds-1 (same data: one compile is one sample of the
+    method), each learned library and the reference programs on the same held-out tickets. Evaluations run in
+    the order that answers the main question first (none, the first learned library), so a stopped run has it."""
     metric = TICKETS.make_metric(None)
     pool = generate_tickets(40, 0, split="train")
     trainset, selection = pool[:24], pool[24:]
     heldout = generate_tickets(n, HELDOUT_SEED, split="heldout")
-    started = time.perf_counter()
-    compiled = demo_optimizer(TICKETS, metric, 0, store / "tickets" / "log").compile(
-        TICKETS.make_program(), trainset=trainset, valset=selection)
-    compile_seconds = time.perf_counter() - started
+    evals = store / "tickets" / "eval"
     libraries = {"control": ExperienceLibrary.from_texts([control_lesson(trainset, "queue")]),
                  "rules@top1": ExperienceLibrary.from_texts([r.lesson for r in HOUSE_RULES]),
                  "placebo@top1": ExperienceLibrary.from_texts(list(PLACEBO_LESSONS))}
-    evals = store / "tickets" / "eval"
-    reports = {"none": evaluate("none", TICKETS.make_program(), heldout, metric, evals, lm, "queue"),
-               "learned": evaluate("learned", compiled, heldout, metric, evals, lm, "queue")}
-    for name, library in libraries.items():
-        reports[name] = evaluate(name, TICKETS.make_program(), heldout, metric, evals, lm, "queue", library)
-    pairs = [("none", "learned"), ("none", "control"), ("control", "learned"), ("none", "rules@top1"),
-             ("none", "placebo@top1"), ("learned", "rules@top1")]
+    reports = {"none": evaluate("none", TICKETS.make_program(), heldout, metric, evals, lm, "queue")}
+    compiles = []
+    for seed in range(compile_seeds):
+        compiled = demo_optimizer(TICKETS, metric, seed, store / "tickets" / f"seed{seed}" / "log").compile(
+            TICKETS.make_program(), trainset=trainset, valset=selection)
+        compiles.append({"seed": seed, **compile_record(compiled)})
+        name = learned_name(seed)
+        reports[name] = evaluate(name, compiled, heldout, metric, evals, lm, "queue")
+        if seed == 0:
+            for reference, library in libraries.items():
+                reports[reference] = evaluate(reference, TICKETS.make_program(), heldout, metric, evals, lm, "queue",
+                                              library)
+    learned = [learned_name(seed) for seed in range(compile_seeds)]
+    pairs = [("none", name) for name in learned]
+    pairs += [("none", "control"), *[("control", name) for name in learned], ("none", "rules@top1"),
+              ("none", "placebo@top1"), *[(name, "rules@top1") for name in learned]]
     return {"task": "tickets", "train": "train split seed 0 (24 train, 16 selection)",
-            "heldout": f"held-out split seed {HELDOUT_SEED}, {n} tickets", "compile_seconds": round(compile_seconds),
-            "compile": compile_record(compiled), "control_lesson": libraries["control"].texts[0],
-            **_summary(reports, pairs)}
+            "heldout": f"held-out split seed {HELDOUT_SEED}, {n} tickets", "compiles": compiles,
+            "control_lesson": libraries["control"].texts[0], **_summary(reports, pairs)}
+
+
+def learned_name(seed: int) -> str:
+    return f"learned (compile seed {seed})"
 
 
 def run_gsm8k(lm: dspy.LM, path: str, store: Path) -> dict[str, Any]:
@@ -127,7 +144,6 @@ def run_gsm8k(lm: dspy.LM, path: str, store: Path) -> dict[str, Any]:
     rows = {name: [dspy.Example(question=e.problem, answer=e.answer, solution=e.solution).with_inputs("question")
                    for e in examples] for name, examples in parts.items()}
     program = dspy.ChainOfThought("question -> answer")
-    started = time.perf_counter()
     from tfgrpo_dspy import TrainingFreeGRPO
 
     # The defaults but for time: on two cores a GSM8K call takes ~13 s, so failed groups go to the induction only,
@@ -136,13 +152,13 @@ def run_gsm8k(lm: dspy.LM, path: str, store: Path) -> dict[str, Any]:
                                 summarize=False, reference_fields=("answer", "solution"), failed_groups=False,
                                 num_candidates=2, verify_batch=8, log_dir=str(store / "gsm8k" / "log")).compile(
         program, trainset=rows["train"], valset=rows["selection"])
-    compile_seconds = time.perf_counter() - started
     evals = store / "gsm8k" / "eval"
+    learned = learned_name(0)
     reports = {"none": evaluate("none", program, rows["test"], numeric_match, evals, lm, "answer"),
-               "learned": evaluate("learned", compiled, rows["test"], numeric_match, evals, lm, "answer")}
+               learned: evaluate("learned", compiled, rows["test"], numeric_match, evals, lm, "answer")}
     return {"task": "gsm8k", "train": f"{path}, seed {GSM8K_SEED}: 32 train and 20 selection rows",
-            "heldout": "the next 100 rows of the same seeded order", "compile_seconds": round(compile_seconds),
-            "compile": compile_record(compiled), **_summary(reports, [("none", "learned")])}
+            "heldout": "the next 100 rows of the same seeded order",
+            "compiles": [{"seed": 0, **compile_record(compiled)}], **_summary(reports, [("none", learned)])}
 
 
 def _summary(reports: dict[str, EvalReport], pairs: list[tuple[str, str]]) -> dict[str, Any]:
@@ -160,38 +176,51 @@ def markdown(report: dict[str, Any]) -> str:
              f"Commit {setup['commit']}, {setup['date']}; machine at the start: {setup['speed']}; load average "
              f"{setup['load_average_at_start']} at the start, {setup.get('load_average_at_end')} at the end.", ""]
     for task in report["tasks"]:
-        compile_ = task["compile"]
-        lines += [f"## {task['task']}", "", f"Training: {task['train']}. Held-out: {task['heldout']}. Compile "
-                  f"{task['compile_seconds']} s: {compile_['candidates_proposed']} candidate lessons proposed, "
-                  f"{compile_['candidates_checked']} distinct ones verified on training examples, "
-                  f"{compile_['candidates_verified']} kept; shipped: {compile_['shipped']}.", "",
+        lines += [f"## {task['task']}", "", f"Training: {task['train']}. Held-out: {task['heldout']}.", "",
                   "| program | accuracy |", "|---|---|"]
         lines += [f"| {name} | {100 * value:.1f}% |" for name, value in task["accuracy"].items()]
         lines += ["", "| comparison | Δ [95% CI], won / lost, exact sign test |", "|---|---|"]
         lines += [f"| {c['other']} vs {c['base']} | {c['verdict']} |" for c in task["comparisons"]]
+        spread = [c["delta"] for c in task["comparisons"] if c["base"] == "none" and c["other"].startswith("learned")]
+        if len(spread) > 1:
+            lines += ["", f"Compile to compile: learned vs none over {len(spread)} compile seeds, mean "
+                      f"{100 * sum(spread) / len(spread):+.1f} points, from {100 * min(spread):+.1f} to "
+                      f"{100 * max(spread):+.1f}."]
         if task.get("control_lesson"):
             lines += ["", f"Control lesson: {task['control_lesson']}"]
-        lines += ["", "Shipped lessons and their verification on training examples:", ""]
-        kept = {c["text"]: c for c in compile_["checks"] if c.get("kept")}
-        for text in compile_["lessons"] or ["(none)"]:
-            check = kept.get(text)
-            lines.append(f"- {text}" + (f" ({check['reason']}; fixed {check['fixes']}, broke {check['breaks']})"
-                                        if check else ""))
-        lines += ["", "Every candidate's verification:", "", "| candidate | from | fixed | broke | kept | why |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {c['text']} | {c['origin']} | {len(c['fixes'])} | {len(c['breaks'])} | "
-                  f"{'yes' if c['kept'] else 'no'} | {c['reason']} |" for c in compile_["checks"]]
-        lines += ["", "Gate on the selection set:", ""]
-        lines += [f"- {g['label']}: {g['score']:.3f}, {'accepted' if g['accepted'] else 'rejected'} ({g['reason']})"
-                  for g in compile_["gate"]]
-        lines.append("")
+        for compile_ in task["compiles"]:
+            lines += compile_lines(compile_)
     return "\n".join(lines)
+
+
+def compile_lines(compile_: dict[str, Any]) -> list[str]:
+    """One compile: what it proposed, verified and shipped, every candidate's verification and the gate."""
+    lines = ["", f"### Compile seed {compile_['seed']}", "",
+             f"{compile_['step_seconds']} s of steps: {compile_['candidates_proposed']} candidate lessons proposed, "
+             f"{compile_['candidates_checked']} distinct ones verified on training examples, "
+             f"{compile_['candidates_verified']} kept; shipped: {compile_['shipped']}.", "",
+             "Shipped lessons and their verification on training examples:", ""]
+    kept = {c["text"]: c for c in compile_["checks"] if c.get("kept")}
+    for text in compile_["lessons"] or ["(none)"]:
+        check = kept.get(text)
+        lines.append(f"- {text}" + (f" ({check['reason']}; fixed {check['fixes']}, broke {check['breaks']})"
+                                    if check else ""))
+    lines += ["", "Every candidate's verification, in order (each on top of the ones kept before it):", "",
+              "| candidate | from | fixed | broke | kept | why |", "|---|---|---|---|---|---|"]
+    lines += [f"| {c['text']} | {c['origin']} | {len(c['fixes'])} | {len(c['breaks'])} | "
+              f"{'yes' if c['kept'] else 'no'} | {c['reason']} |" for c in compile_["checks"]]
+    lines += ["", "Gate on the selection set:", ""]
+    lines += [f"- {g['label']}: {g['score']:.3f}, {'accepted' if g['accepted'] else 'rejected'} ({g['reason']})"
+              for g in compile_["gate"]]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", choices=["tickets", "gsm8k"], default=["tickets"])
     parser.add_argument("--tickets", type=int, default=300, help="held-out tickets (default 300)")
+    parser.add_argument("--compile-seeds", type=int, default=3, metavar="N",
+                        help="tickets: compiles with optimizer seeds 0..N-1, each scored on the held-out tickets")
     parser.add_argument("--gsm8k", metavar="PATH", help="GSM8K jsonl, hub folder or id (needed for --tasks gsm8k)")
     parser.add_argument("--lm", default="local")
     parser.add_argument("--stem", default="verified_lessons")
@@ -208,9 +237,11 @@ def main(argv: list[str] | None = None) -> int:
              "speed_at_start": asdict(speed) if speed else None,
              "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
     path = RESULTS / f"{args.stem}.json"
-    earlier = {t["task"]: t for t in read_json(path).get("tasks", [])} if path.exists() else {}
+    # Another task's finished result in this stem's file is kept (a run of one task does not erase the other).
+    earlier = {t["task"]: t for t in read_json(path).get("tasks", []) if "compiles" in t} if path.exists() else {}
     for name in args.tasks:
-        earlier[name] = run_tickets(lm, args.tickets, store) if name == "tickets" else run_gsm8k(lm, args.gsm8k, store)
+        earlier[name] = (run_tickets(lm, args.tickets, store, args.compile_seeds) if name == "tickets"
+                         else run_gsm8k(lm, args.gsm8k, store))
     setup["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report = {"setup": setup, "tasks": [earlier[t] for t in ("tickets", "gsm8k") if t in earlier]}
     write_json_atomic(path, report)

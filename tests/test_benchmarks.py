@@ -360,7 +360,7 @@ def test_gsm8k_preset_is_greedy_paired_and_sized_as_the_issue_asks():
     assert (preset.k, preset.eval_temperature, preset.repeat_none, preset.task) == (1, 0.0, True, "gsm8k")
     assert preset.methods == presets.HEAD_TO_HEAD
     assert (preset.max_bootstrapped_demos, preset.max_labeled_demos, preset.group_size, preset.epochs) == (4, 4, 4, 1)
-    assert preset.batch_size is None and preset.lm_options == {"n_parallel": 4, "repeatable_greedy": False}
+    assert preset.batch_size is None and preset.lm_options == {}  # the repeatable greedy path
 
 
 def test_gsm8k_preset_split_is_disjoint_seeded_and_keeps_the_worked_solution(gsm_source, gsm_budget):
@@ -514,7 +514,7 @@ def test_gsm8k_preset_end_to_end_resumes_after_an_interruption(gsm_source, gsm_b
         with pytest.raises(KeyboardInterrupt):
             cli.main(argv)
     # the preset's server options, then the override
-    assert options == [{"n_parallel": 4, "repeatable_greedy": False, "n_ctx": 8192}]
+    assert options == [{"n_ctx": 8192}]
     partial = json.loads((tmp_path / "compare_gsm8k.json").read_text())
     assert partial["complete"] is False
     assert [r["method"] for r in partial["tasks"]["gsm8k"]["results"]] == ["none", "bootstrap", "tfgrpo_paper"]
@@ -530,7 +530,7 @@ def test_gsm8k_preset_end_to_end_resumes_after_an_interruption(gsm_source, gsm_b
 
     report = json.loads((tmp_path / "compare_gsm8k.json").read_text())
     assert report["complete"] is True
-    assert report["lm_options"] == {"n_parallel": 4, "repeatable_greedy": False, "n_ctx": 8192}
+    assert report["lm_options"] == {"n_ctx": 8192}
     assert report["budget"]["test_n"] == 6 and report["runs_dir"] == str(runs)
     assert len(report["load_average"]) == 2 and report["code"]
     assert "not the embedded model" in report["throughput_at_start"]["skipped"]  # the scripted LM: no call made
@@ -651,6 +651,29 @@ def test_a_reflection_replay_reuses_the_demo_rollouts_and_asks_with_the_chosen_p
     # no library reached the gate and none is rescored on the held-out rows.
     checks = json.loads((out / "log" / "steps" / "0001" / "checks" / "lessons.json").read_text())["checks"]
     assert checks and not any(c["kept"] for c in checks) and report["rejected_on_held_out"] == []
-    assert (demo / "log" / "steps" / "0001" / "proposals").is_dir()  # the demo's own log is left as it was
+    # The demo's own log is left as it was (the copy lost these).
+    assert (demo / "log" / "state.json").is_file() and (demo / "log" / "steps" / "0001" / "step.json").is_file()
+    assert json.loads((demo / "log" / "manifest.json").read_text())["settings"]["extraction"] is False
     with pytest.raises(FileExistsError):
         replay.main(["--demo", str(demo), "--variant", "rule", "--out", str(out)])
+
+
+def test_verified_lessons_scores_every_compile_seed_against_the_same_references(monkeypatch, tmp_path):
+    bench = load_script("verified_lessons")
+    lm = scripted_lm(ticket_router)
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench, "make_lm", lambda spec, **kwargs: lm)
+    assert bench.main(["--tickets", "6", "--compile-seeds", "2", "--stem", "vl"]) == 0
+    (task,) = json.loads((tmp_path / "vl.json").read_text())["tasks"]
+    learned = ["learned (compile seed 0)", "learned (compile seed 1)"]
+    assert list(task["accuracy"]) == ["none", learned[0], "control", "rules@top1", "placebo@top1", learned[1]]
+    assert [c["seed"] for c in task["compiles"]] == [0, 1]
+    pairs = {(c["base"], c["other"]) for c in task["comparisons"]}
+    assert {("none", learned[1]), ("control", learned[1]), (learned[0], "rules@top1")} <= pairs
+    assert all(len(rows) == 6 for rows in task["per_problem"].values())
+    text = (tmp_path / "vl.md").read_text()
+    assert "### Compile seed 1" in text and "Compile to compile: learned vs none over 2 compile seeds" in text
+    # The compiles keep their own run logs: a rerun loads them and the saved answers, and calls nothing.
+    calls = len(lm.engine.calls)
+    assert bench.main(["--tickets", "6", "--compile-seeds", "2", "--stem", "vl"]) == 0
+    assert len(lm.engine.calls) == calls

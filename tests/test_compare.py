@@ -14,7 +14,7 @@ from comparison import data as splits
 from comparison import markdown as md
 from comparison.records import CompileDetails, HeldOutCheck, MethodResult, ProblemResult, SeedRun, TfgrpoRun
 from comparison.store import RunStore
-from scripted import default_reflection, scripted_lm
+from scripted import default_reflection, scripted_lm, ticket_router
 from test_benchmarks import GsmScript
 
 from tfgrpo_dspy import ExperienceLibrary
@@ -187,6 +187,17 @@ def test_tfgrpo_and_the_papers_recipe_differ_only_in_the_gate(gsm_split):
     assert gated["reference_fields"] == paper["reference_fields"] == ["answer", "solution"]
     differing = {key for key in gated if gated[key] != paper[key]}
     assert differing <= set(presets.PAPER_RECIPE) and {"gate", "top_k"} <= differing
+
+
+def test_tfgrpo_on_tickets_compiles_with_the_tickets_kits_own_settings():
+    budget = presets.Budget(train_n=4, selection_n=2, test_n=2, group_size=2, simba_bsize=2, task="tickets")
+    split = splits.tickets_split(budget, 1000)
+    ctx = methods.MethodContext(split, metering.Roles.of(scripted_lm(ticket_router)), budget, seed=0)
+    with dspy.context(lm=ctx.roles.task):
+        gated, paper = methods.compile_tfgrpo(ctx).details.settings, methods.compile_tfgrpo_paper(ctx).details.settings
+    assert (gated["extraction"], gated["max_words"], gated["reference_fields"]) == (False, 48, ["queue"])
+    assert (paper["extraction"], paper["max_words"]) == (True, 48)  # the paper's per-group reflection, same guard
+    assert presets.PRESETS["tickets"].lm_options == {}  # greedy calls on the repeatable path
 
 
 def test_the_tickets_preset_holds_out_300_fresh_tickets():

@@ -120,6 +120,16 @@ def test_by_default_each_call_sees_its_most_relevant_lesson():
     assert FOUR_LESSONS[1] in system and sum(lesson in system for lesson in FOUR_LESSONS) == 2
 
 
+def test_a_library_of_two_lessons_shows_each_input_its_own():
+    """Okapi's idf is zero for a word in one of two lessons: the first lesson used to win every input."""
+    refund, login = "When a refund is asked for, answer payments.", "When a login fails, answer accounts."
+    program = with_experiences(dspy.Predict("question -> answer"), lib(refund, login))
+    system, _ = messages_of(program, question="My login fails every morning.")
+    assert login in system and refund not in system
+    system, _ = messages_of(program, question="I want a refund for my order.")
+    assert refund in system and login not in system
+
+
 def test_top_k_none_shows_every_lesson_in_the_saved_instructions():
     program = with_experiences(dspy.Predict("question -> answer"), lib(*FOUR_LESSONS), top_k=None)
     assert all(lesson in program.signature.instructions for lesson in FOUR_LESSONS)
@@ -189,6 +199,17 @@ def test_without_the_carrier_the_retrieved_lessons_would_be_missing(tmp_path):
     saved = json.loads((tmp_path / "p.json").read_text())
     assert not any(lesson in saved["signature"]["instructions"] for lesson in FOUR_LESSONS)
     assert [e["text"] for e in saved["tfgrpo_experiences"]["library"]["experiences"]] == list(FOUR_LESSONS)
+    assert saved["tfgrpo_experiences"]["retrieval"] == "bm25-lucene-idf"
+
+
+def test_a_saved_evaluation_of_a_program_under_another_retrieval_is_not_reused(monkeypatch):
+    from tfgrpo_dspy.inference import injection
+    from tfgrpo_dspy.inference.evaluation import fingerprint
+
+    program = with_experiences(dspy.Predict("question -> answer"), lib(*FOUR_LESSONS))
+    before = fingerprint(program)
+    monkeypatch.setattr(injection, "RETRIEVAL", "another-retrieval")
+    assert fingerprint(program) != before
 
 
 def test_load_program_is_the_explicit_call_and_names_a_predictor_that_cannot_carry(tmp_path):

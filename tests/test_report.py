@@ -163,13 +163,15 @@ def test_the_page_opens_with_what_happened_and_the_held_out_verdict(demo_dir):
     text = page.read_text(encoding="utf-8")
     step = json.loads((demo_dir / "log" / "steps" / "0001" / "step.json").read_text())
     checks = json.loads((demo_dir / "log" / "steps" / "0001" / "checks" / "lessons.json").read_text())["checks"]
-    # What the scripted run did: lessons proposed and induced, none verified (its greedy answers ignore lessons).
-    assert step["lessons_proposed"] > 0 and step["induced_lessons"] > 0
+    # What the scripted run did: with the tickets defaults no per-group reflection, lessons induced, none verified
+    # (its greedy answers ignore lessons).
+    assert step["reflected_groups"] == 0 and step["induced_lessons"] > 0
     assert checks and not any(c["kept"] for c in checks)
     top = text[text.index("<body>"):text.index("<h2>Run</h2>")]
     checked = step["lessons_checked"]
     assert f"No lesson was learned: verification kept none of the {checked} candidate lesson" in top
-    assert f"Proposed: {step['lessons_proposed']} lessons; the guard dropped {step['lessons_dropped']}" in top
+    assert "the per-group reflection is off (extraction=False): lessons come from the induction" in top
+    assert f"Induced: {step['induced_lessons']} of {step['inductions']} draws" in top
     assert f"Verified: 0 of {checked} distinct candidate" in top
     assert "Gate: nothing to decide: no step changed the library." in top
     assert "Shipped: the initial library (no step changed it), 0 lessons." in top

@@ -193,3 +193,76 @@ def test_induction_sets_group_shared_references_then_neighbours_by_input():
     # ...and the rest are grouped by their words: the three train questions; the refund left over and the cake
     # question share no word with enough others.
     assert [s.sources for s in sets if not s.shared] == [(5, 6, 7)]
+
+
+def test_each_candidate_is_verified_on_top_of_the_ones_kept_before_it():
+    """A second refund lesson helps the empty library as much as the first, but nothing once the first is kept:
+    with retrieval it only takes the first one's place. Judged on the library it would join, it is dropped."""
+    other = "When a refund is requested by the customer, answer payments."
+    trainset = questions(0, 4, 4)
+    settings = TrainingFreeGRPOSettings(top_k=1, verify_batch=8, num_threads=1, progress=False)
+
+    def policy(call):
+        refund = "refund" in shown_lessons(call) and "refund" in call.inputs["question"]
+        return {"answer": "payments" if refund else "general"}
+
+    verifier = Verifier(dspy.Predict("question -> answer"), trainset, exact, settings, RunLog(None), Ledger(),
+                        reference=lambda i: trainset[i].answer)
+    candidates = [CandidateLesson(GOOD, "induction", (0, 1, 2)), CandidateLesson(other, "induction", (1, 2, 3))]
+    with dspy.context(lm=scripted_lm(policy)):
+        first, second = verifier.check(candidates, ExperienceLibrary())
+        (alone,) = verifier.check(candidates[1:], ExperienceLibrary())
+    assert first.kept and first.fixes == (0, 1, 2, 3)
+    assert alone.kept  # on the empty library it would have been kept too...
+    assert not second.kept and second.fixes == () and "fixed none" in second.reason  # ...but not on top of GOOD
+
+
+def test_a_prompt_the_kept_lesson_did_not_change_is_answered_by_the_cache():
+    """After a lesson is kept, the next candidate's baseline is the new library's: only the inputs whose prompt
+    changed cost a call; the rest repeat a prompt already sent (DSPy's cache answers it)."""
+    login = "When a login fails, answer accounts."
+    trainset = questions(0, 3, 0) + [dspy.Example(question=f"Route this: my login fails {i}.", answer="accounts")
+                                     .with_inputs("question") for i in range(3)]
+    settings = TrainingFreeGRPOSettings(top_k=1, verify_batch=6, num_threads=1, progress=False)
+    sent = []
+
+    def policy(call):
+        sent.append(call.inputs["question"])
+        lessons, question = shown_lessons(call), call.inputs["question"]
+        if "login" in lessons and "login" in question:
+            return {"answer": "accounts"}
+        return {"answer": "payments" if "refund" in lessons and "refund" in question else "general"}
+
+    verifier = Verifier(dspy.Predict("question -> answer"), trainset, exact, settings, RunLog(None), Ledger(),
+                        reference=lambda i: trainset[i].answer)
+    with dspy.context(lm=scripted_lm(policy, cache=True)):
+        refund, logins = verifier.check([CandidateLesson(GOOD, "induction", (0, 1, 2)),
+                                         CandidateLesson(login, "induction", (3, 4, 5))], ExperienceLibrary())
+    assert refund.kept and logins.kept and logins.fixes == (3, 4, 5)
+    # 6 with no library, 6 with the refund lesson (shown to all), then the login lesson changes the prompts of
+    # the 3 login questions only: 15 prompts sent, although 6 + 6 + 6 + 6 trials were run.
+    assert len(sent) == 15
+
+
+def test_without_the_per_group_reflection_lessons_come_from_the_induction_only():
+    kinds = []
+
+    class Recording(Router):
+        def __call__(self, call):
+            kinds.append(call.kind)
+            return super().__call__(call)
+
+    compiled, optimizer = compile_router(Recording(), questions(0, 4, 4), valset=questions(100, 2, 2),
+                                         extraction=False)
+    (step,) = compiled.tfgrpo_result.steps
+    assert "extract" not in kinds and "summary" not in kinds and "induce" in kinds
+    assert step.reflected_groups == 0 and step.lessons_proposed == 0 and step.failed_groups == 4
+    assert compiled.experience_library.texts == [GOOD]  # the induced rule, verified; the spurious one never came
+    estimate = optimizer.estimate(dspy.Predict("question -> answer"), questions(0, 4, 4), questions(100, 2, 2))
+    assert estimate.max_extraction_calls == 0 and estimate.max_summary_calls == 0
+
+
+@pytest.mark.parametrize("options", [{"induction": False}, {"ground_truth": False}])
+def test_turning_off_the_per_group_reflection_needs_the_induction(options):
+    with pytest.raises(ValueError, match="extraction=False"):
+        TrainingFreeGRPO(metric=exact, extraction=False, **options)

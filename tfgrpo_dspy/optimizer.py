@@ -135,7 +135,7 @@ class TrainingFreeGRPO(Teleprompter):
         batch = min(s.batch_size or len(trainset), len(trainset))
         steps = s.epochs * math.ceil(len(trainset) / batch)
         rollouts = s.epochs * len(trainset) * s.group_size
-        groups = s.epochs * len(trainset)
+        groups = s.epochs * len(trainset) if s.extraction else 0  # groups that may reach the per-group reflection
         proposals = groups * s.max_proposals
         # Every failed example is in at most one induction set of at least induction.MIN_SET.
         inductions = s.epochs * (len(trainset) // MIN_SET) * s.num_candidates if s.induction else 0

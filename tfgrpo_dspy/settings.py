@@ -61,6 +61,9 @@ class TrainingFreeGRPOSettings:
                                 "(BM25); None = all lessons (the paper's recipe)", minimum=1)
     predictors: tuple[str, ...] | None = setting(None, "names of the predictors that carry the library; None = all")
     # -- reflection ----------------------------------------------------------------------------------
+    extraction: bool = setting(True, "the per-group comparison (the paper's semantic advantage): one reflection call "
+                               "per group that reaches it proposes lessons; False = lessons come from the induction "
+                               "only (needs induction and ground truth)")
     summarize: bool = setting(True, "summarize each rollout of an informative group before extraction (the paper); "
                               "False = extraction reads the trajectories (one call per group instead of G+1)")
     max_proposals: int = setting(1, "most lessons one group may propose; none is a valid answer", minimum=1)
@@ -129,6 +132,9 @@ class TrainingFreeGRPOSettings:
             raise ValueError(f"temperature must be in [0, 2], got {self.temperature!r}")
         if not 0 <= self.val_fraction < 1:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction!r}")
+        if not self.extraction and not (self.induction and self.ground_truth):
+            raise ValueError("extraction=False leaves no source of lessons: it needs induction=True and "
+                             "ground_truth=True")
         if not 0 < self.max_error_rate <= 1:
             raise ValueError(f"max_error_rate must be in (0, 1], got {self.max_error_rate!r}")
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
@@ -27,6 +27,8 @@ class Split:
     metric: Callable[..., Any] = numeric_match
     input_field: str = "question"
     answer_field: str = "answer"
+    # The task kit's own TrainingFreeGRPO settings (what `tfgrpo train --task` uses) beyond the preset's budget.
+    tfgrpo_settings: Mapping[str, Any] = field(default_factory=dict)
 
     def held_out_rows(self) -> list[dict[str, Any]]:
         """The held-out problems once per task; per-method results refer to them by index."""
@@ -88,6 +90,8 @@ def tickets_split(budget: Budget, seed: int) -> Split:
 
     pool = generate_tickets(budget.train_n + budget.selection_n, seed, split="train")
     test = generate_tickets(budget.test_n, seed, split="heldout")
+    budgeted = ("group_size", "epochs", "temperature", "num_threads", "reference_fields")
     return Split("tickets", pool[: budget.train_n], pool[budget.train_n :], test, f"generated (seed {seed})",
                  make_program=ticket_program, reference_fields=TRAIN_DEFAULTS["reference_fields"], metric=queue_match,
-                 input_field="ticket", answer_field="queue")
+                 input_field="ticket", answer_field="queue",
+                 tfgrpo_settings={k: v for k, v in TRAIN_DEFAULTS.items() if k not in budgeted})

@@ -101,8 +101,8 @@ def compile_gepa(ctx: MethodContext) -> Compiled:
 def tfgrpo_optimizer(ctx: MethodContext, **overrides: Any) -> TrainingFreeGRPO:
     """The method's TrainingFreeGRPO on the preset's rollout budget; the variants change only ``overrides``.
 
-    Every variant reads the same labels (the split's ``reference_fields``), so comparing two of them
-    isolates what their overrides change (for tfgrpo against tfgrpo_paper: the gate and top_k).
+    Every variant reads the same labels (the split's ``reference_fields``) and starts from the task kit's own
+    settings (``tfgrpo_settings``), so comparing two of them isolates what their overrides change.
     """
     b = ctx.budget
     settings: dict[str, Any] = dict(metric=ctx.split.metric, group_size=b.group_size, epochs=b.epochs,
@@ -110,6 +110,7 @@ def tfgrpo_optimizer(ctx: MethodContext, **overrides: Any) -> TrainingFreeGRPO:
                                     summarize=b.tfgrpo_summarize, reference_fields=ctx.split.reference_fields,
                                     reflection_lm=ctx.roles.reflection, num_threads=b.num_threads, seed=ctx.seed,
                                     progress=False, log_dir=str(ctx.log_dir) if ctx.log_dir else None)
+    settings.update(ctx.split.tfgrpo_settings)
     settings.update(overrides)
     return TrainingFreeGRPO(**settings)
 

@@ -10,12 +10,11 @@ ABLATIONS = ("direct_tips", "group1", "no_gt")
 TASKS = ("wordproblems", "gsm8k", "tickets")
 # A method runs after the one it reads from: its student program, or the size of the library it imitates.
 READS_FROM = {"tfgrpo_on_bootstrap": "bootstrap", "direct_tips": "tfgrpo_paper"}
-# The paper's recipe: every step's edits kept, no selection set, the whole trainset as one batch, every
-# lesson in the prompt.
-# The paper's recipe: no selection, no gate, every lesson shown, the reflection on mixed groups only, and the
-# batch update deciding the edits (no induction, no verification).
+# The paper's recipe: no selection, no gate, the whole trainset as one batch, every lesson shown, the
+# per-group reflection on mixed groups only, and the batch update deciding the edits (no induction, no
+# verification).
 PAPER_RECIPE: dict[str, Any] = {"val_fraction": 0, "gate": False, "batch_size": None, "top_k": None,
-                                "failed_groups": False, "induction": False, "verify": False}
+                                "extraction": True, "failed_groups": False, "induction": False, "verify": False}
 CHARS_PER_TOKEN = 4  # the same rule as ExperienceLibrary.approx_tokens
 LABELED_K = 16  # dspy.LabeledFewShot's own default k
 
@@ -90,9 +89,10 @@ class Budget:
 # The head-to-head of issue 26 on one task: every optimizer a DSPy user would try, greedy paired evaluation.
 HEAD_TO_HEAD = ("none", "labeled", "bootstrap", "mipro", "tfgrpo", "tfgrpo_on_bootstrap", "tfgrpo_paper", "simba",
                 "gepa")
-# Greedy calls use the batched server with its prompt cache (repeatable_greedy=False): on this 2-core machine the
-# repeatable one-slot server costs about 2.4x the time; the presets measure the flip rate instead (repeat_none).
-FAST_GREEDY = {"n_parallel": 4, "repeatable_greedy": False}
+# Greedy calls take the embedded model's default path, repeatable with prefix reuse: the same request always gets
+# the same answer (0 of 100 tickets changed between two runs, benchmarks/results/call_costs.md), so a paired
+# difference measures the programs and a verification's fix is not a flip; the batched server's prompt cache
+# changed 15 of 100. repeat_none re-evaluates `none` to show it in the run itself.
 
 PRESETS: dict[str, Budget] = {
     # Minutes on the embedded model: every method runs, on almost no data. Proves the wiring, not quality.
@@ -112,7 +112,7 @@ PRESETS: dict[str, Budget] = {
                     held_out_skip=120, max_bootstrapped_demos=4, max_labeled_demos=4, simba_bsize=8,
                     simba_candidates=4, simba_steps=2, gepa_max_metric_calls=150, gepa_minibatch=3, group_size=4,
                     epochs=1, batch_size=None, tfgrpo_summarize=False, task="gsm8k", methods=HEAD_TO_HEAD,
-                    repeat_none=True, gate_checks=3, lm_options=dict(FAST_GREEDY)),
+                    repeat_none=True, gate_checks=3),
     # Synthetic support tickets routed by house rules the model cannot guess (tfgrpo_dspy/kits/tickets), where a
     # library of the true rules measurably helps this model. Seed 1000: every earlier study and the demo drew
     # their tickets with seed 0 (and chose top_k=1 on those held-out tickets), so these 300 held-out tickets and
@@ -121,7 +121,7 @@ PRESETS: dict[str, Budget] = {
                       data_seed=1000, max_bootstrapped_demos=4, max_labeled_demos=4, simba_bsize=8,
                       simba_candidates=4, simba_steps=2, gepa_max_metric_calls=150, gepa_minibatch=3, group_size=4,
                       epochs=1, batch_size=None, tfgrpo_summarize=False, task="tickets", methods=HEAD_TO_HEAD,
-                      repeat_none=True, gate_checks=3, lm_options=dict(FAST_GREEDY)),
+                      repeat_none=True, gate_checks=3),
     # For a served model with real throughput: paper-like sizes.
     "server": Budget(train_n=30, selection_n=20, test_n=100, k=4, seeds=3, num_threads=16, max_bootstrapped_demos=4,
                      max_labeled_demos=4, simba_bsize=8, simba_candidates=4, simba_steps=4,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import re
 import warnings
 from collections.abc import Iterator, Sequence
@@ -33,6 +34,7 @@ from typing import Any
 
 import dspy
 from dspy.primitives.module import set_attribute_by_name
+from rank_bm25 import BM25Okapi
 
 from tfgrpo_dspy.library.file import Experience
 from tfgrpo_dspy.library.library import ExperienceLibrary
@@ -49,6 +51,7 @@ EXPERIENCES_DESC = "lessons learned from earlier attempts at this task; apply th
 _BLOCK_RE = re.compile(r"\n*" + re.escape(BLOCK_START) + r".*?" + re.escape(BLOCK_END) + r"\n*", re.DOTALL)
 _LINE_RE = re.compile(r"^\[E(\d+)\] (.+)$")
 _STATE_KEY = "tfgrpo_experiences"
+RETRIEVAL = "bm25-lucene-idf"  # see LuceneBM25; the name changes whenever the choice of lessons does
 
 
 def render_block(library: ExperienceLibrary) -> str:
@@ -89,10 +92,7 @@ def relevant_lessons(library: ExperienceLibrary, query: str, k: int | None) -> E
     """The ``k`` lessons of ``library`` most relevant to ``query`` (BM25), in library order."""
     if k is None or len(library) <= k:
         return library
-    from rank_bm25 import BM25Okapi
-
-    tokenize = _tokens
-    scores = BM25Okapi([tokenize(e.text) for e in library]).get_scores(tokenize(query))
+    scores = LuceneBM25([_tokens(e.text) for e in library]).get_scores(_tokens(query))
     ranked = sorted(range(len(library)), key=lambda i: (-scores[i], i))[:k]
     chosen = {library.experiences[i].id for i in ranked}
     return ExperienceLibrary([e for e in library if e.id in chosen], max_experiences=library.max_experiences,
@@ -117,6 +117,16 @@ def collect_shown_lessons() -> Iterator[set[int]]:
 
 def _tokens(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
+
+
+class LuceneBM25(BM25Okapi):
+    """BM25 with Lucene's idf, log(1 + (N - n + 0.5) / (n + 0.5)), which is positive for every word. Okapi's idf
+    (rank_bm25's BM25Okapi) is zero for a word in one of two lessons and negative for one in both, so a library
+    of two lessons showed its first lesson to every input."""
+
+    def _calc_idf(self, nd: dict[str, int]) -> None:
+        for word, freq in nd.items():
+            self.idf[word] = math.log(1 + (self.corpus_size - freq + 0.5) / (freq + 0.5))
 
 
 class ExperiencePredict(dspy.Predict):
@@ -175,8 +185,10 @@ class ExperiencePredict(dspy.Predict):
 
     def dump_state(self, json_mode: bool = True) -> dict[str, Any]:
         state = super().dump_state(json_mode=json_mode)
+        # "retrieval" names how top_k lessons are chosen: a saved evaluation of a program made under another
+        # retrieval has another fingerprint (`evaluation.fingerprint`), so its answers are not reused.
         state[_STATE_KEY] = {"library": self.experience_library.to_dict(include_audit=False),
-                             "placement": self.placement, "top_k": self.top_k}
+                             "placement": self.placement, "top_k": self.top_k, "retrieval": RETRIEVAL}
         return state
 
     def load_state(self, state: dict[str, Any], **kwargs: Any) -> ExperiencePredict:

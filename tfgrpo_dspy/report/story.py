@@ -85,8 +85,11 @@ def headline(run: Run) -> str:
 def stages(run: Run) -> list[str]:
     """One line per stage of the pipeline, with its numbers (plain text; the page escapes it)."""
     f = Funnel.of(run)
+    extraction = (run.manifest.get("settings") or {}).get("extraction", True)
+    reached = (f"{f.reflected} reached the per-group reflection" if extraction else
+               "the per-group reflection is off (extraction=False): lessons come from the induction")
     lines = [f"Groups: {f.informative} of {f.groups} had mixed rewards and {f.failed} all failed over "
-             f"{_plural(f.steps, 'step')}; {f.reflected} reached the per-group reflection.",
+             f"{_plural(f.steps, 'step')}; {reached}.",
              f"Proposed: {_plural(f.proposed, 'lesson')}; the guard dropped {f.dropped}"
              + (f" ({_reasons(run)})." if run.dropped_because else ".")]
     if f.inductions:

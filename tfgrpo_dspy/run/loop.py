@@ -114,7 +114,7 @@ class StepLoop:
         clock = PhaseClock()
         groups = phases.sample(step, self.library, indices)
         clock.lap("rollouts")
-        reflected = [g for g in groups if self.reflects_on(g)]
+        reflected = [g for g in groups if self.reflects_on(g)] if s.extraction else []
         summaries = phases.summarize(step, reflected, self.library) if s.summarize else {}
         proposals = phases.extract(step, reflected, summaries, self.library)
         inductions = phases.induce(step, groups) if s.induction and self.ctx.reference_fields is not None else []
@@ -211,10 +211,11 @@ class PhaseClock:
 
 
 def add_verified(candidate: ExperienceLibrary, checks: list[LessonCheck], step: int) -> ApplyReport:
-    """Add the verified lessons to ``candidate`` (best net first), each with the examples it came from; the
-    reason of each add is its verification record."""
+    """Add the verified lessons to ``candidate`` in the order they were verified (each on top of the ones
+    before it, so the result is the library the last of them was verified in), each with the examples it
+    came from; the reason of each add is its verification record."""
     entries = []
-    for check in sorted((c for c in checks if c.kept), key=lambda c: -c.net):
+    for check in (c for c in checks if c.kept):
         op = EditOp(op="add", text=check.text, reason=f"verified: {check.reason}")
         entries += candidate.apply([op], step=step, sources=check.sources).entries
     return ApplyReport(tuple(entries))

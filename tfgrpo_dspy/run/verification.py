@@ -155,10 +155,23 @@ class Verifier:
 
     # -- candidates ---------------------------------------------------------------------------------------
     def check(self, candidates: Sequence[CandidateLesson], library: ExperienceLibrary) -> list[LessonCheck]:
-        """Each candidate, tried alone on top of ``library``, in the order given."""
+        """Each candidate in the order given, tried on top of ``library`` and the candidates kept before it.
+
+        A lesson is judged against the library it would join: with retrieval (``top_k``) a new lesson changes
+        which lesson other inputs are shown, so lessons that each helped the same library alone need not help
+        together (seen on the tickets demo: seven lessons verified one by one, rejected together by the gate).
+        Kept lessons are added in this order, so the step's library is the last one verified here."""
         everyone = range(len(self.trainset))
-        baseline = self.run(library, everyone)
-        return [self.check_one(candidate, library, baseline) for candidate in candidates]
+        current = library.copy()
+        checks = []
+        for candidate in candidates:
+            # Inputs the last kept lesson is not shown to send the same prompts as before: DSPy's cache answers
+            # them, so only the changed prompts cost a call.
+            check = self.check_one(candidate, current, self.run(current, everyone))
+            if check.kept:
+                current.apply([EditOp(op="add", text=candidate.text)])
+            checks.append(check)
+        return checks
 
     def check_one(self, candidate: CandidateLesson, library: ExperienceLibrary, baseline: dict[int, Trial]
                   ) -> LessonCheck:

@@ -15,12 +15,13 @@ DEFAULT_TRAIN_N = 24  # every house rule two or three times (10 rules taken in t
 DEFAULT_EVAL_N = 100  # every house rule ten times
 # Groups of 4 fill the 4 parallel sequences of the embedded model; one epoch = one library update. The
 # reference is the queue only: the rule that decided it is the answer key, not something feedback reveals.
-# Measured on development runs (train seed 11, no held-out data): the per-group comparison of the 19
-# all-failed groups took 8 of 21 minutes and proposed no lesson, so failed groups reach the induction only
-# (failed_groups=False); at 32 words, 12 of 18 induced rules were dropped as too long even after a
-# shortening call, so a ticket rule may have 48.
+# Lessons come from the induction only (extraction=False): on training runs the per-group comparison never
+# proposed a ticket lesson (dev seed 11: 19 all-failed groups, 8 of 21 minutes, none; the two compiles of
+# training seed 0 on 2026-12-02: 9 and 7 mixed groups, none), while the induction over failures that share
+# their queue found every lesson that was kept. At 32 words, 12 of 18 induced rules were dropped as too long
+# even after a shortening call (dev seed 11), so a ticket rule may have 48.
 TRAIN_DEFAULTS = {"group_size": 4, "epochs": 1, "temperature": 0.7, "num_threads": 4,
-                  "reference_fields": ("queue",), "failed_groups": False, "max_words": 48}
+                  "reference_fields": ("queue",), "extraction": False, "max_words": 48}
 # Greedy evaluation: routing has one right answer, and greedy makes with/without-library runs comparable.
 EVAL_DEFAULTS = {"k": 1, "temperature": 0.0}
 
