@@ -171,6 +171,7 @@ def test_the_page_opens_with_what_happened_and_the_held_out_verdict(demo_dir):
     checked = step["lessons_checked"]
     assert f"No lesson was learned: verification kept none of the {checked} candidate lesson" in top
     assert "the per-group reflection is off (extraction=False): lessons come from the induction" in top
+    assert "Proposed:" not in top  # no per-group proposals to count
     assert f"Induced: {step['induced_lessons']} of {step['inductions']} draws" in top
     assert f"Verified: 0 of {checked} distinct candidate" in top
     assert "Gate: nothing to decide: no step changed the library." in top

@@ -172,8 +172,9 @@ def _checks_table(run: Run) -> str:
             for c in run.checks]
     headers = ("step", "candidate lesson", "from", "sources", "tried", "shown", "fixed (examples)",
                "broke (examples)", "net", "verdict", "why")
-    return ("<h2>Verification</h2><p>Each candidate added to the library of its step and run greedily on training "
-            "examples, paired with that library alone; a fix or break counts only where the lesson was shown.</p>"
+    return ("<h2>Verification</h2><p>Each candidate in turn, in this order, added to the library of its step with "
+            "the candidates kept before it, and run greedily on training examples, paired with that library without "
+            "it; a fix or break counts only where the lesson was shown.</p>"
             f"{_table(headers, rows)}")
 
 

@@ -89,9 +89,10 @@ def stages(run: Run) -> list[str]:
     reached = (f"{f.reflected} reached the per-group reflection" if extraction else
                "the per-group reflection is off (extraction=False): lessons come from the induction")
     lines = [f"Groups: {f.informative} of {f.groups} had mixed rewards and {f.failed} all failed over "
-             f"{_plural(f.steps, 'step')}; {reached}.",
-             f"Proposed: {_plural(f.proposed, 'lesson')}; the guard dropped {f.dropped}"
-             + (f" ({_reasons(run)})." if run.dropped_because else ".")]
+             f"{_plural(f.steps, 'step')}; {reached}."]
+    if extraction:
+        lines.append(f"Proposed: {_plural(f.proposed, 'lesson')}; the guard dropped {f.dropped}"
+                     + (f" ({_reasons(run)})." if run.dropped_because else "."))
     if f.inductions:
         lines.append(f"Induced: {f.induced} of {_plural(f.inductions, 'draw')} over sets of failed examples gave a "
                      "lesson the guard passed.")
