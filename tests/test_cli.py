@@ -147,8 +147,8 @@ def test_train_flags_no_gate_placement_and_warm_start(scripted, tmp_path):
                str(tmp_path / "start.json"), "--out", str(tmp_path / "warm")) == 0
     first_policy = next(c for c in scripted._engine_spec.calls if c.kind == "policy")
     assert "convert first" in first_policy.system
-    with pytest.raises(SystemExit):  # argparse: "argument --val-n: must be a whole number >= 1, got '0'"
-        run("train", "--task", "wordproblems", "--n", "2", "--val-n", "0", "--out", str(tmp_path / "y"))
+    with pytest.raises(SystemExit):  # argparse: "argument --selection-n/--val-n: must be a whole number >= 1"
+        run("train", "--task", "wordproblems", "--n", "2", "--selection-n", "0", "--out", str(tmp_path / "y"))
 
 
 def test_a_report_of_a_directory_that_is_no_run_is_one_line(tmp_path, capsys):

@@ -186,18 +186,19 @@ def load_examples(load: Any, data: TaskData, what: str) -> list[dspy.Example]:
 
 
 def _train_data(task: Task, args: argparse.Namespace) -> tuple[list[dspy.Example], list[dspy.Example] | None]:
-    """The training examples and, with --val-n, the selection examples that follow them in the source."""
+    """The training examples and, with --selection-n, the selection examples that follow them in the source."""
     n = args.n if args.n is not None else task.default_train_n
-    if args.val_n is None:
+    if args.selection_n is None:
         return load_examples(task.load_trainset, TaskData(source=args.source, n=args.n, seed=args.seed),
                              "training"), None
     if n is None:
-        raise ValueError("--val-n needs --n (how many of the source's examples to train on)")
-    examples = load_examples(task.load_trainset, TaskData(source=args.source, n=n + args.val_n, seed=args.seed),
+        raise ValueError("--selection-n needs --n (how many of the source's examples to train on)")
+    examples = load_examples(task.load_trainset, TaskData(source=args.source, n=n + args.selection_n, seed=args.seed),
                              "training")
-    if len(examples) <= args.val_n:
-        raise ValueError(f"the source has {len(examples)} examples: too few for --n {n} and --val-n {args.val_n}")
-    return examples[:-args.val_n], examples[-args.val_n:]
+    if len(examples) <= args.selection_n:
+        raise ValueError(f"the source has {len(examples)} examples: too few for --n {n} and --selection-n "
+                         f"{args.selection_n}")
+    return examples[:-args.selection_n], examples[-args.selection_n:]
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -93,8 +93,10 @@ def _add_train_command(sub: Any) -> None:
     train.add_argument("--no-generalize", action="store_true",
                        help="keep proposed lessons that restate their training input instead of rewriting them")
     train.add_argument("--library", help="warm start: begin from this library JSON (its ids are kept)")
-    train.add_argument("--val-n", type=_at_least(1), help="hold out this many more examples of the source as the "
-                       "selection set (default: the optimizer's val_fraction of the training examples)")
+    # --selection-n, as in `tfgrpo demo`; --val-n, its earlier name, still works.
+    train.add_argument("--selection-n", "--val-n", dest="selection_n", type=_at_least(1),
+                       help="hold out this many more examples of the source as the selection set (default: the "
+                       "optimizer's val_fraction of the training examples)")
     train.add_argument("--val-fraction", type=float, help="share of the training examples held out for selection "
                        "(0 = no selection: every step's edits are kept, the paper's recipe)")
     train.add_argument("--no-gate", action="store_true", help="keep every step's edits; ship the best scored library")
