@@ -262,3 +262,14 @@ def test_eval_with_a_library_prints_the_paired_verdict(scripted, tmp_path, capsy
     assert "95% CI [" in line and " won / " in line and " lost, sign test p=" in line
     comparison = json.loads((tmp_path / "eval.json").read_text())["comparison"]
     assert comparison["n"] == 3 and {"delta", "ci_low", "ci_high", "wins", "losses", "p_value"} <= set(comparison)
+
+
+def test_an_inconclusive_demo_says_whether_to_measure_more_or_to_use_a_stronger_model():
+    from tfgrpo_dspy.demo import inconclusive_advice
+    from tfgrpo_dspy.stats import compare_paired
+
+    gain = compare_paired([0.0] * 56 + [1.0] * 4, [1.0] * 10 + [0.0] * 50)  # 10 won / 4 lost: +10 points, n.s.
+    assert not gain.significant and gain.delta > 0
+    assert "--heldout-n" in inconclusive_advice(gain) and "60 held-out examples" in inconclusive_advice(gain)
+    loss = compare_paired([1.0] * 3 + [0.0] * 57, [0.0] * 60)
+    assert "--lm" in inconclusive_advice(loss) and "--heldout-n" not in inconclusive_advice(loss)

@@ -28,7 +28,7 @@ from tfgrpo_dspy.optimizer import TrainingFreeGRPO
 from tfgrpo_dspy.report.run import load_run
 from tfgrpo_dspy.report.story import headline, held_out_line, stages
 from tfgrpo_dspy.run.results import TrainingFreeGRPOResult
-from tfgrpo_dspy.stats import compare_paired
+from tfgrpo_dspy.stats import PairedComparison, compare_paired
 from tfgrpo_dspy.tasks import Task, TaskData
 
 logger = logging.getLogger(__name__)
@@ -75,6 +75,17 @@ def spending(before: EvalReport, after: EvalReport, result: TrainingFreeGRPOResu
     for phase, spent in usage.items():
         parts.append(f"{phase} {spent.calls} calls in {seconds.get(phase, 0.0) / 60:.1f} min")
     return "; ".join(parts) + " (selection includes scoring the starting library, outside the step's time)"
+
+
+def inconclusive_advice(comparison: PairedComparison) -> str:
+    """What to do when the verdict is "no measurable change": with a gain whose interval is wide, measure on more
+    held-out examples; without one, look to a stronger model."""
+    if comparison.ci_high > 0 and comparison.delta > 0:
+        return (f"The interval [{100 * comparison.ci_low:+.1f}, {100 * comparison.ci_high:+.1f}] points still "
+                f"includes no change: {comparison.n} held-out examples detect only large changes. More of them "
+                "(--heldout-n) measure the library more precisely.")
+    return ("The library did not measurably change held-out accuracy. A stronger policy (--lm) and reflection "
+            "model (--reflection-lm) find and follow lessons the embedded 1.5B model does not.")
 
 
 def demo_optimizer(task: Task, metric: Callable, seed: int, log_dir: Path) -> TrainingFreeGRPO:
@@ -132,8 +143,7 @@ def run_demo(task: Task, lm: dspy.LM, out: Path, *, sizes: DemoSizes, seed: int 
         if line != held_out_line(run):  # the verdict above is this run's; a demo.json here may be an earlier one's
             say(f"  - {line}")
     if not comparison.significant:
-        say("  The library did not measurably change held-out accuracy. A stronger policy (--lm) and reflection "
-            "model (--reflection-lm) find and follow lessons the embedded 1.5B model does not.")
+        say("  " + inconclusive_advice(comparison))
     minutes = (time.monotonic() - started) / 60
     say(f"\nspent: {spending(before, after, result)}")
     say(f"finished in {minutes:.1f} min" + (f" ({speed})" if speed is not None else "")
