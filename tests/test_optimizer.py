@@ -381,6 +381,7 @@ def test_a_run_from_before_a_new_setting_existed_resumes(lm, tmp_path):
     compiled = optimizer(epochs=1, log_dir=tmp_path).compile(dspy.Predict("question -> answer"), trainset=trainset())
     manifest_path = Path(tmp_path) / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
+    assert manifest["program"] == "Predict"  # the user's class, not the carrier it runs as
     del manifest["settings"]["max_trajectory_chars"]  # as written by the version before that setting
     manifest_path.write_text(json.dumps(manifest))
     calls = len(lm._engine_spec.calls)

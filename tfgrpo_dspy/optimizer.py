@@ -119,7 +119,7 @@ class TrainingFreeGRPO(Teleprompter):
         initial = self._initial_library(program)
         program = with_experiences(program, ExperienceLibrary(), self.settings.predictors)  # strip a carried one
         ctx = self._context(program, trainset)
-        resuming = ctx.log.open(self._manifest(program, trainset, selection))
+        resuming = ctx.log.open(self._manifest(student, program, trainset, selection))
         selector = Selector(program, selection, self.metric, self.settings, ctx.log, ctx.ledger) if selection else None
         result = StepLoop(ctx, selector, initial).execute(resuming)
         compiled = with_experiences(student.deepcopy(), result.library, self.settings.predictors,
@@ -235,11 +235,12 @@ class TrainingFreeGRPO(Teleprompter):
                            "reference (set reference_fields=[...] to choose one)")
         return chosen
 
-    def _manifest(self, program: dspy.Module, trainset: list, selection: list) -> dict[str, Any]:
+    def _manifest(self, student: dspy.Module, program: dspy.Module, trainset: list, selection: list
+                  ) -> dict[str, Any]:
         return {
             "format": "tfgrpo-run",
             "version": 2,
-            "program": type(program).__name__,
+            "program": type(student).__name__,  # the user's class, not the carrier a bare Predict becomes
             "program_sha256": _sha([(n, p.signature.instructions, list(p.signature.fields))
                                     for n, p in program.named_predictors()]),
             "trainset_size": len(trainset),
