@@ -16,8 +16,14 @@ def exact(example, prediction, trace=None):
     return float(str(prediction.answer).strip() == example.answer)
 
 
-def trainset(n=3):
-    return [dspy.Example(question=f"What is {i} + 2?", answer=str(i + 2)).with_inputs("question") for i in range(n)]
+def trainset(n=3, start=0):
+    return [dspy.Example(question=f"What is {i} + 2?", answer=str(i + 2)).with_inputs("question")
+            for i in range(start, start + n)]
+
+
+def selection_set(n=2):
+    """Questions of the trainset's form that no trainset() holds (a valset must be disjoint from it)."""
+    return trainset(n, start=100)
 
 
 class Alternating:
@@ -222,7 +228,7 @@ def test_estimate_spends_nothing(lm):
     # summaries + extractions + updates + a generalize and a shorten per proposal and per update text
     assert estimate.max_reflection_calls == 60 + 15 + 9 + 2 * 15 + 2 * 40 * 9
     assert estimate.max_selection_calls == 0  # 5 examples: too few to hold out a selection set
-    with_selection = optimizer(epochs=1).estimate(dspy.Predict("question -> answer"), trainset(5), trainset(2))
+    with_selection = optimizer(epochs=1).estimate(dspy.Predict("question -> answer"), trainset(5), selection_set(2))
     assert with_selection.max_selection_calls == 2 * (1 + 1 * (2 + 2 * 3))
     assert not lm._engine_spec.calls
 
@@ -287,6 +293,12 @@ def test_bad_compile_inputs_are_rejected_before_any_call(lm):
         opt.compile(dspy.Module(), trainset=trainset())
     with pytest.raises(ValueError, match="answer_field"):
         TrainingFreeGRPO(ground_truth=False, answer_field="label").compile(program, trainset=trainset())
+    train = trainset()
+    relabeled = dspy.Example(**{**train[1].toDict(), "answer": "another label"}).with_inputs(*train[1]._input_keys)
+    with pytest.raises(ValueError, match=r"valset shares 1 of its 2 examples' inputs with the trainset "
+                                         r"\(valset\[1\] is trainset\[1\]\)"):
+        opt.compile(program, trainset=train, valset=[dspy.Example(question="a new one", answer="x").with_inputs(
+            "question"), relabeled])
     assert not lm._engine_spec.calls
 
 
@@ -321,7 +333,7 @@ def test_without_summaries_extraction_reads_the_trajectories(lm):
 
 def test_valset_selects_the_shipped_library_and_every_candidate_is_listed(lm, tmp_path):
     compiled = optimizer(epochs=1, gate_margin=0, log_dir=tmp_path).compile(
-        dspy.Predict("question -> answer"), trainset=trainset(), valset=trainset(2)
+        dspy.Predict("question -> answer"), trainset=trainset(), valset=selection_set(2)
     )
     result = compiled.tfgrpo_result
     assert [c.label for c in result.candidates] == ["initial", "step 1"]

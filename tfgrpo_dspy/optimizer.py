@@ -173,6 +173,8 @@ class TrainingFreeGRPO(Teleprompter):
                                  f"student; its output fields are {sorted(fields)}")
         if self.metric is None and valset:
             raise ValueError("a valset needs a metric to score it")
+        if valset:
+            _check_disjoint(trainset, valset)
         return student.deepcopy(), trainset, valset
 
     def _selection_split(self, trainset: list, valset: list | None) -> tuple[list, list]:
@@ -265,6 +267,22 @@ def _check_examples(name: str, examples: Any) -> list:
         if not example._input_keys:
             raise ValueError(f"{name}[{i}] has no inputs: call .with_inputs('question', ...) on your examples")
     return list(examples)
+
+
+def _check_disjoint(trainset: list, valset: list) -> None:
+    """A selection example that is also a training example would let the gate keep lessons that only recite
+    the training answers: the valset must not share inputs with the trainset."""
+    seen = {_input_key(e): i for i, e in enumerate(trainset)}
+    shared = [(i, seen[_input_key(e)]) for i, e in enumerate(valset) if _input_key(e) in seen]
+    if shared:
+        v, t = shared[0]
+        raise ValueError(f"valset shares {len(shared)} of its {len(valset)} examples' inputs with the trainset "
+                         f"(valset[{v}] is trainset[{t}]); the selection set must be disjoint from the "
+                         f"training examples")
+
+
+def _input_key(example: dspy.Example) -> str:
+    return json.dumps({k: example[k] for k in sorted(example._input_keys)}, default=str, sort_keys=True)
 
 
 def _sha(data: Any) -> str:
