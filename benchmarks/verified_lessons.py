@@ -11,6 +11,9 @@ held-out tickets (the held-out split, seed 1000, which no default was chosen on;
                                   unsure, answer X."): what shifting answers toward a common label alone does
     rules@top1                    the ten true house rules, the most relevant one per ticket (the ceiling)
     placebo@top1                  ten neutral sentences, one per ticket
+    always X                      no model: every ticket answered X, the answer the shipped lessons' verified
+                                  fixes moved to most (from the compile's training records, not the held-out
+                                  data): what a lesson that only shifts answers toward X amounts to at best
 
 GSM8K (with ``--gsm8k PATH``): a compile (the defaults, trimmed for time: see `run_gsm8k`) on 32 training
 and 20 selection rows of the file, and the
@@ -21,9 +24,11 @@ interval, won / lost and the exact sign test; "better" needs both.
     python benchmarks/verified_lessons.py                                   # tickets, results/verified_lessons.*
     python benchmarks/verified_lessons.py --gsm8k /work/shared/data/gsm8k/train.jsonl --tasks gsm8k
 
-Everything is resumable: the compiles keep their run logs and every evaluation saves each answer
-(``results/verified_lessons.runs/``); rerunning the command continues where it stopped. The first run of this
-benchmark (one compile, before lessons were verified on top of each other) is ``results/verified_lessons_v1.*``.
+``--reanalyze`` recomputes the tables of a saved result from its per-problem records (new reference rows or
+comparisons), without the LM. Everything is resumable: the compiles keep their run logs and every evaluation
+saves each answer (``results/verified_lessons.runs/``); rerunning the command continues where it stopped.
+The first run of this benchmark (one compile, before lessons were verified on top of each other) is
+``results/verified_lessons_v1.*``.
 """
 
 from __future__ import annotations
@@ -68,14 +73,29 @@ def evaluate(name: str, program: dspy.Module, examples: list, metric, store: Pat
     return report
 
 
-def scores(report: EvalReport) -> list[float]:
-    return [e.mean_score for e in report.examples]
-
-
 def control_lesson(trainset: list, answer_field: str) -> str:
     """"When unsure, answer X." for the training set's most frequent right answer."""
     answer, _ = Counter(str(e[answer_field]) for e in trainset).most_common(1)[0]
     return f"When unsure, answer {answer}."
+
+
+def shift_constant(compile_: dict[str, Any], trainset: list, answer_field: str) -> str | None:
+    """The answer the shipped lessons' verified fixes moved to most often, from the compile's records of
+    training examples: the constant a lesson that merely shifts answers amounts to (None if nothing shipped)."""
+    shipped = set(compile_["lessons"])
+    fixes = [i for c in compile_["checks"] if c.get("kept") and c["text"] in shipped for i in c["fixes"]]
+    if not fixes:
+        return None
+    return Counter(str(trainset[i][answer_field]) for i in fixes).most_common(1)[0][0]
+
+
+def constant_scores(examples: list, metric, answer_field: str, answer: str) -> list[float]:
+    """Each example's score for a program that answers ``answer`` to everything (the metric, no LM)."""
+    scores = []
+    for example in examples:
+        result = metric(example, dspy.Prediction(**{answer_field: answer}))
+        scores.append(float(getattr(result, "score", result)))
+    return scores
 
 
 def compile_record(compiled: dspy.Module) -> dict[str, Any]:
@@ -104,9 +124,7 @@ def run_tickets(lm: dspy.LM, n: int, store: Path, compile_seeds: int = 1) -> dic
     method), each learned library and the reference programs on the same held-out tickets. Evaluations run in
     the order that answers the main question first (none, the first learned library), so a stopped run has it."""
     metric = TICKETS.make_metric(None)
-    pool = generate_tickets(40, 0, split="train")
-    trainset, selection = pool[:24], pool[24:]
-    heldout = generate_tickets(n, HELDOUT_SEED, split="heldout")
+    trainset, selection, heldout = tickets_data(n)
     evals = store / "tickets" / "eval"
     libraries = {"control": ExperienceLibrary.from_texts([control_lesson(trainset, "queue")]),
                  "rules@top1": ExperienceLibrary.from_texts([r.lesson for r in HOUSE_RULES]),
@@ -123,13 +141,37 @@ def run_tickets(lm: dspy.LM, n: int, store: Path, compile_seeds: int = 1) -> dic
             for reference, library in libraries.items():
                 reports[reference] = evaluate(reference, TICKETS.make_program(), heldout, metric, evals, lm, "queue",
                                               library)
-    learned = [learned_name(seed) for seed in range(compile_seeds)]
+    records = _records(reports)
+    return {"task": "tickets", "train": "train split seed 0 (24 train, 16 selection)",
+            "heldout": f"held-out split seed {HELDOUT_SEED}, {n} tickets", "compiles": compiles,
+            "control_lesson": libraries["control"].texts[0], **tickets_summary(records, compiles, n)}
+
+
+def tickets_data(n: int) -> tuple[list, list, list]:
+    """The demo's training and selection tickets and ``n`` held-out tickets of the held-out seed."""
+    pool = generate_tickets(40, 0, split="train")
+    return pool[:24], pool[24:], generate_tickets(n, HELDOUT_SEED, split="heldout")
+
+
+def tickets_summary(records: dict[str, list[dict[str, Any]]], compiles: list[dict[str, Any]], n: int
+                    ) -> dict[str, Any]:
+    """Accuracies and paired comparisons from per-problem records, with the constant-answer references of the
+    learned libraries added (computed from the labels)."""
+    trainset, _, heldout = tickets_data(n)
+    records = {name: rows for name, rows in records.items() if not name.startswith("always ")}
+    learned = [learned_name(c["seed"]) for c in compiles if learned_name(c["seed"]) in records]
+    constants = {c["seed"]: shift_constant(c, trainset, "queue") for c in compiles}
+    for answer in dict.fromkeys(a for a in constants.values() if a):
+        records[f"always {answer}"] = [{"index": i, "score": score, "answer": answer} for i, score in
+                                       enumerate(constant_scores(heldout, TICKETS.make_metric(None), "queue", answer))]
     pairs = [("none", name) for name in learned]
     pairs += [("none", "control"), *[("control", name) for name in learned], ("none", "rules@top1"),
               ("none", "placebo@top1"), *[(name, "rules@top1") for name in learned]]
-    return {"task": "tickets", "train": "train split seed 0 (24 train, 16 selection)",
-            "heldout": f"held-out split seed {HELDOUT_SEED}, {n} tickets", "compiles": compiles,
-            "control_lesson": libraries["control"].texts[0], **_summary(reports, pairs)}
+    pairs += [(f"always {constants[c['seed']]}", learned_name(c["seed"])) for c in compiles
+              if constants[c["seed"]] and learned_name(c["seed"]) in records]
+    for answer in dict.fromkeys(a for a in constants.values() if a):
+        pairs += [("none", f"always {answer}"), (f"always {answer}", "rules@top1")]
+    return _summary(records, [(a, b) for a, b in pairs if a in records and b in records])
 
 
 def learned_name(seed: int) -> str:
@@ -158,16 +200,23 @@ def run_gsm8k(lm: dspy.LM, path: str, store: Path) -> dict[str, Any]:
                learned: evaluate("learned", compiled, rows["test"], numeric_match, evals, lm, "answer")}
     return {"task": "gsm8k", "train": f"{path}, seed {GSM8K_SEED}: 32 train and 20 selection rows",
             "heldout": "the next 100 rows of the same seeded order",
-            "compiles": [{"seed": 0, **compile_record(compiled)}], **_summary(reports, [("none", learned)])}
+            "compiles": [{"seed": 0, **compile_record(compiled)}], **_summary(_records(reports), [("none", learned)])}
 
 
-def _summary(reports: dict[str, EvalReport], pairs: list[tuple[str, str]]) -> dict[str, Any]:
-    return {"accuracy": {name: round(r.mean_at_k, 4) for name, r in reports.items()},
-            "comparisons": [{"base": a, "other": b, **compare_paired(scores(reports[a]), scores(reports[b])).to_dict(),
-                             "verdict": compare_paired(scores(reports[a]), scores(reports[b])).verdict()}
-                            for a, b in pairs],
-            "per_problem": {name: [{"index": e.index, "score": e.mean_score, "answer": e.samples[0].answer}
-                                   for e in r.examples] for name, r in reports.items()}}
+def _records(reports: dict[str, EvalReport]) -> dict[str, list[dict[str, Any]]]:
+    return {name: [{"index": e.index, "score": e.mean_score, "answer": e.samples[0].answer} for e in r.examples]
+            for name, r in reports.items()}
+
+
+def _summary(records: dict[str, list[dict[str, Any]]], pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """Accuracy of each program and the paired comparison of each pair, from per-problem records."""
+    scores = {name: [row["score"] for row in rows] for name, rows in records.items()}
+    comparisons = []
+    for a, b in pairs:
+        paired = compare_paired(scores[a], scores[b])
+        comparisons.append({"base": a, "other": b, **paired.to_dict(), "verdict": paired.verdict()})
+    return {"accuracy": {name: round(sum(s) / len(s), 4) for name, s in scores.items()},
+            "comparisons": comparisons, "per_problem": records}
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -188,6 +237,11 @@ def markdown(report: dict[str, Any]) -> str:
                       f"{100 * max(spread):+.1f}."]
         if task.get("control_lesson"):
             lines += ["", f"Control lesson: {task['control_lesson']}"]
+        constants = [name for name in task["accuracy"] if name.startswith("always ")]
+        if constants:
+            lines += ["", f"{', '.join(constants)}: no model, every held-out example given that answer, the one the "
+                      "shipped lessons' verified fixes on training examples moved to most; a learned library that "
+                      "is not better than it has only shifted the model's answers toward it."]
         for compile_ in task["compiles"]:
             lines += compile_lines(compile_)
     return "\n".join(lines)
@@ -224,10 +278,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gsm8k", metavar="PATH", help="GSM8K jsonl, hub folder or id (needed for --tasks gsm8k)")
     parser.add_argument("--lm", default="local")
     parser.add_argument("--stem", default="verified_lessons")
+    parser.add_argument("--reanalyze", action="store_true",
+                        help="recompute the saved result's tables from its per-problem records; runs no LM")
     args = parser.parse_args(argv)
     if "gsm8k" in args.tasks and not args.gsm8k:
         parser.error("--tasks gsm8k needs --gsm8k PATH")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.reanalyze:
+        return reanalyze(RESULTS / f"{args.stem}.json")
     store = RESULTS / f"{args.stem}.runs"
     lm = make_lm(args.lm, max_tokens=512)
     dspy.configure(lm=lm)
@@ -244,9 +302,25 @@ def main(argv: list[str] | None = None) -> int:
                          else run_gsm8k(lm, args.gsm8k, store))
     setup["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report = {"setup": setup, "tasks": [earlier[t] for t in ("tickets", "gsm8k") if t in earlier]}
+    return write_report(path, report)
+
+
+def reanalyze(path: Path) -> int:
+    """The saved result with its tables recomputed from its per-problem records (its setup kept as it ran)."""
+    if not path.exists():
+        raise SystemExit(f"--reanalyze: no saved result at {path}")
+    report = read_json(path)
+    for task in report["tasks"]:
+        if task["task"] == "tickets":
+            n = len(task["per_problem"]["none"])
+            task.update(tickets_summary(task["per_problem"], task["compiles"], n))
+    return write_report(path, report)
+
+
+def write_report(path: Path, report: dict[str, Any]) -> int:
     write_json_atomic(path, report)
-    (RESULTS / f"{args.stem}.md").write_text(markdown(report))
-    print((RESULTS / f"{args.stem}.md").read_text())
+    path.with_suffix(".md").write_text(markdown(report))
+    print(path.with_suffix(".md").read_text())
     return 0
 
 

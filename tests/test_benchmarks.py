@@ -677,3 +677,39 @@ def test_verified_lessons_scores_every_compile_seed_against_the_same_references(
     calls = len(lm.engine.calls)
     assert bench.main(["--tickets", "6", "--compile-seeds", "2", "--stem", "vl"]) == 0
     assert len(lm.engine.calls) == calls
+
+
+def test_verified_lessons_compares_each_learned_library_with_the_answer_its_fixes_moved_to(monkeypatch, tmp_path):
+    bench = load_script("verified_lessons")
+    trainset, _, heldout = bench.tickets_data(12)
+    fixed = [i for i, e in enumerate(trainset) if e.queue == "self-service"][:2]
+    other = next(i for i, e in enumerate(trainset) if e.queue != "self-service")
+    check = {"origin": "induction", "breaks": [], "reason": "r"}
+    compile_ = {"seed": 0, "lessons": ["shipped", "shipped too"], "shipped": "the library after step 1",
+                "step_seconds": 1, "candidates_proposed": 3, "candidates_checked": 3, "candidates_verified": 2,
+                "gate": [], "checks": [
+                    {**check, "text": "shipped", "kept": True, "fixes": fixed},
+                    {**check, "text": "shipped too", "kept": True, "fixes": [other]},
+                    {**check, "text": "dropped", "kept": False, "fixes": [other, other + 1, other + 2]}]}
+    assert bench.shift_constant(compile_, trainset, "queue") == "self-service"
+    assert bench.shift_constant({**compile_, "lessons": []}, trainset, "queue") is None
+    metric = bench.TICKETS.make_metric(None)
+    assert bench.constant_scores(heldout, metric, "queue", "self-service") == [
+        1.0 if e.queue == "self-service" else 0.0 for e in heldout]
+    # --reanalyze adds the constant's row and its comparisons to a saved result, from its records, with no LM.
+    rows = lambda scores: [{"index": i, "score": s, "answer": "x"} for i, s in enumerate(scores)]  # noqa: E731
+    records = {name: rows([0.0] * 12) for name in ("none", "control", "rules@top1", "placebo@top1")}
+    records["learned (compile seed 0)"] = rows(bench.constant_scores(heldout, metric, "queue", "self-service"))
+    saved = {"setup": {"commit": "abc", "date": "d", "speed": "s", "load_average_at_start": [0]},
+             "tasks": [{"task": "tickets", "train": "t", "heldout": "h", "compiles": [compile_],
+                        "per_problem": records}]}
+    (tmp_path / "vl.json").write_text(json.dumps(saved))
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench, "make_lm", lambda *a, **k: pytest.fail("--reanalyze must not start an LM"))
+    assert bench.main(["--stem", "vl", "--reanalyze"]) == 0
+    (task,) = json.loads((tmp_path / "vl.json").read_text())["tasks"]
+    verdicts = {(c["base"], c["other"]): c for c in task["comparisons"]}
+    same = verdicts[("always self-service", "learned (compile seed 0)")]
+    assert (same["wins"], same["losses"], same["significant"]) == (0, 0, False)
+    assert ("none", "always self-service") in verdicts and "always self-service: no model" in (
+        tmp_path / "vl.md").read_text()
