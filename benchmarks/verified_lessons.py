@@ -49,6 +49,7 @@ import dspy
 from tfgrpo_dspy import ExperienceLibrary
 from tfgrpo_dspy.demo import demo_optimizer, machine_speed
 from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k
+from tfgrpo_dspy.inference.majority import constant_scores
 from tfgrpo_dspy.kits.tickets.generator import generate_tickets
 from tfgrpo_dspy.kits.tickets.rules import HOUSE_RULES, PLACEBO_LESSONS
 from tfgrpo_dspy.kits.tickets.task import TICKETS
@@ -87,15 +88,6 @@ def shift_constant(compile_: dict[str, Any], trainset: list, answer_field: str) 
     if not fixes:
         return None
     return Counter(str(trainset[i][answer_field]) for i in fixes).most_common(1)[0][0]
-
-
-def constant_scores(examples: list, metric, answer_field: str, answer: str) -> list[float]:
-    """Each example's score for a program that answers ``answer`` to everything (the metric, no LM)."""
-    scores = []
-    for example in examples:
-        result = metric(example, dspy.Prediction(**{answer_field: answer}))
-        scores.append(float(getattr(result, "score", result)))
-    return scores
 
 
 def compile_record(compiled: dspy.Module) -> dict[str, Any]:

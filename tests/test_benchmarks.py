@@ -680,6 +680,8 @@ def test_verified_lessons_scores_every_compile_seed_against_the_same_references(
 
 
 def test_verified_lessons_compares_each_learned_library_with_the_answer_its_fixes_moved_to(monkeypatch, tmp_path):
+    from tfgrpo_dspy.inference.majority import constant_scores
+
     bench = load_script("verified_lessons")
     trainset, _, heldout = bench.tickets_data(12)
     fixed = [i for i, e in enumerate(trainset) if e.queue == "self-service"][:2]
@@ -694,12 +696,12 @@ def test_verified_lessons_compares_each_learned_library_with_the_answer_its_fixe
     assert bench.shift_constant(compile_, trainset, "queue") == "self-service"
     assert bench.shift_constant({**compile_, "lessons": []}, trainset, "queue") is None
     metric = bench.TICKETS.make_metric(None)
-    assert bench.constant_scores(heldout, metric, "queue", "self-service") == [
+    assert constant_scores(heldout, metric, "queue", "self-service") == [
         1.0 if e.queue == "self-service" else 0.0 for e in heldout]
     # --reanalyze adds the constant's row and its comparisons to a saved result, from its records, with no LM.
     rows = lambda scores: [{"index": i, "score": s, "answer": "x"} for i, s in enumerate(scores)]  # noqa: E731
     records = {name: rows([0.0] * 12) for name in ("none", "control", "rules@top1", "placebo@top1")}
-    records["learned (compile seed 0)"] = rows(bench.constant_scores(heldout, metric, "queue", "self-service"))
+    records["learned (compile seed 0)"] = rows(constant_scores(heldout, metric, "queue", "self-service"))
     saved = {"setup": {"commit": "abc", "date": "d", "speed": "s", "load_average_at_start": [0]},
              "tasks": [{"task": "tickets", "train": "t", "heldout": "h", "compiles": [compile_],
                         "per_problem": records}]}

@@ -183,6 +183,20 @@ def test_demo_shows_the_selection_and_an_honest_paired_verdict(monkeypatch, tmp_
     assert json.loads((tmp_path / "demo.json").read_text())["comparison"] == record["comparison"]
 
 
+def test_demo_scores_the_most_frequent_training_answer_beside_the_shipped_program(monkeypatch, tmp_path, capsys):
+    lm = scripted_lm(router)  # answers "general" to every ticket
+    monkeypatch.setattr(cli, "make_lm", lambda spec, **kwargs: lm)
+    assert run("demo", "--train-n", "12", "--selection-n", "4", "--heldout-n", "6", "--out", str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    # 16 training tickets, trust-safety 4 times; of the 6 held-out tickets one is trust-safety and one general.
+    section = out.split("== against one answer for everything ==", 1)[1].split("==", 1)[0]
+    assert "always 'trust-safety' (the most frequent of 16 training answers, no model): 16.7%" in section
+    assert "the shipped program against it: no measurable change (+0.0 points" in section
+    assert "1 won / 1 lost" in section and "has not shown that it learned rules" in section
+    majority = json.loads((tmp_path / "demo.json").read_text())["majority"]
+    assert (majority["answer"], majority["frequency"], majority["scores"]) == ("trust-safety", 4, [0, 0, 1, 0, 0, 0])
+
+
 # -- every argument and file is checked before the first LM call ------------------------------------------
 def _no_calls(scripted):
     return not scripted._engine_spec.calls

@@ -184,6 +184,24 @@ def test_the_page_opens_with_what_happened_and_the_held_out_verdict(demo_dir):
     assert html.escape(verdict.verdict()) in top and "from demo.json" in top
 
 
+def test_the_held_out_verdict_carries_the_majority_baseline_when_the_demo_scored_one(demo_dir, tmp_path):
+    import shutil
+
+    from tfgrpo_dspy.stats import compare_paired
+
+    run = tmp_path / "demo"
+    shutil.copytree(demo_dir, run)
+    demo = json.loads((run / "demo.json").read_text())
+    assert "majority" in demo  # the demo records it (None for 9 tickets of 7 queues: no label repeats enough)
+    against = compare_paired([1.0, 0.0, 0.0, 0.0, 1.0], [1.0, 1.0, 0.0, 0.0, 0.0])
+    demo["majority"] = {"answer": "trust-safety", "frequency": 4, "training_count": 16, "comparison": against.to_dict()}
+    (run / "demo.json").write_text(json.dumps(demo))
+    text = write_report(run / "log")[0].read_text(encoding="utf-8")
+    top = text[text.index("<body>"):text.index("<h2>Run</h2>")]
+    assert (html.escape("Answering 'trust-safety' to every example (the most frequent training answer, no model): "
+                        "40.0%; with the library against it: no measurable change (+0.0 points") in top)
+
+
 def test_every_call_is_counted_where_it_was_spent(demo_dir):
     text = write_report(demo_dir / "log")[0].read_text(encoding="utf-8")
     (initial,) = [json.loads(p.read_text()) for p in (demo_dir / "log" / "selection").glob("*.json")

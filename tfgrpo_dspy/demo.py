@@ -8,7 +8,9 @@ call sees its most relevant lesson (top_k=1, the default). Whether a library lea
 the demo measures; it promises no gain. Before and after are scored greedily
 on the same held-out tickets, so the
 difference is paired; the verdict prints its interval and exact sign test and says "no measurable change"
-unless both exclude no change. The held-out examples come from a seed no default was chosen on.
+unless both exclude no change. The held-out examples come from a seed no default was chosen on. When the answers
+are labels, the shipped program is also compared with the most frequent training answer given to every
+held-out example (no model): a library no better than that has only moved answers toward a common label.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 import dspy
 
 from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k
+from tfgrpo_dspy.inference.majority import MajorityBaseline, majority_baseline
 from tfgrpo_dspy.library.jsonio import write_json_atomic
 from tfgrpo_dspy.lm.engine import LlamaCppEngine, MachineSpeed
 from tfgrpo_dspy.optimizer import TrainingFreeGRPO
@@ -88,6 +91,17 @@ def inconclusive_advice(comparison: PairedComparison) -> str:
             "model (--reflection-lm) find and follow lessons the embedded 1.5B model does not.")
 
 
+def majority_lines(majority: MajorityBaseline, against: PairedComparison) -> list[str]:
+    """The shipped program against answering the most frequent training answer to every held-out example."""
+    lines = [f"always {majority.answer!r} (the most frequent of {majority.training_count} training answers, "
+             f"no model): {100 * majority.mean:.1f}%",
+             f"the shipped program against it: {against.verdict()}"]
+    if not (against.significant and against.delta > 0):
+        lines.append("A program no better than one answer for everything has not shown that it learned rules; "
+                     "a gain over no library may only have moved its answers toward a common label.")
+    return lines
+
+
 def demo_optimizer(task: Task, metric: Callable, seed: int, log_dir: Path) -> TrainingFreeGRPO:
     """The demo's recipe: the task's training defaults, seeded rollouts, no per-rollout summaries (one reflection
     call per group). `benchmarks/verified_lessons.py` measures exactly this compile on more held-out data."""
@@ -137,6 +151,12 @@ def run_demo(task: Task, lm: dspy.LM, out: Path, *, sizes: DemoSizes, seed: int 
     comparison = compare_paired(scores(before), scores(after))
     say(f"  after:  {100 * after.mean_at_k:.1f}%")
     say(f"\n== verdict on {len(heldout)} held-out examples (greedy, paired) ==\n  {comparison.verdict()}")
+    majority = majority_baseline(pool, heldout, metric, task.answer_field)
+    against = compare_paired(list(majority.scores), scores(after)) if majority is not None else None
+    if majority is not None and against is not None:
+        say("\n== against one answer for everything ==")
+        for line in majority_lines(majority, against):
+            say(f"  {line}")
     run = load_run(out / "log")
     say(f"\n== what the run learned ==\n  {headline(run)}")
     for line in stages(run):
@@ -151,6 +171,7 @@ def run_demo(task: Task, lm: dspy.LM, out: Path, *, sizes: DemoSizes, seed: int 
     record = {"task": task.name, "seed": seed, "heldout_seed": seed + HELDOUT_SEED_OFFSET, "sizes": asdict(sizes),
               "before": before.to_dict(), "after": after.to_dict(), "train": result.to_dict(),
               "comparison": comparison.to_dict(), "minutes": round(minutes, 1),
+              "majority": {**majority.to_dict(), "comparison": against.to_dict()} if against is not None else None,
               "speed_at_start": asdict(speed) if speed is not None else None}
     write_json_atomic(out / "demo.json", record)
     return record

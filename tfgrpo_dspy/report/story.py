@@ -121,14 +121,25 @@ def held_out_line(run: Run) -> str | None:
     record = run.held_out
     if record is None:
         return None
-    saved = record["comparison"]
-    try:
-        comparison = PairedComparison(**{f.name: saved[f.name] for f in fields(PairedComparison) if f.name in saved})
-    except TypeError:
+    comparison = _saved_comparison(record["comparison"])
+    if comparison is None:
         return None  # a record without the comparison's fields: nothing to say
-    return (f"Held-out ({record.get('task', 'demo')}, {comparison.n} examples, greedy, paired, from demo.json): "
+    line = (f"Held-out ({record.get('task', 'demo')}, {comparison.n} examples, greedy, paired, from demo.json): "
             f"{100 * comparison.base_mean:.1f}% without the library, {100 * comparison.other_mean:.1f}% with it: "
             f"{comparison.verdict()}.")
+    majority = record.get("majority") or {}
+    against = _saved_comparison(majority.get("comparison") or {})
+    if against is not None:
+        line += (f" Answering {majority['answer']!r} to every example (the most frequent training answer, no "
+                 f"model): {100 * against.base_mean:.1f}%; with the library against it: {against.verdict()}.")
+    return line
+
+
+def _saved_comparison(saved: dict) -> PairedComparison | None:
+    try:
+        return PairedComparison(**{f.name: saved[f.name] for f in fields(PairedComparison) if f.name in saved})
+    except TypeError:
+        return None
 
 
 def _reasons(run: Run) -> str:
