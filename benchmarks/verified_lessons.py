@@ -11,6 +11,10 @@ held-out tickets (the held-out split, seed 1000, which no default was chosen on;
                                   unsure, answer X."): what shifting answers toward a common label alone does
     rules@top1                    the ten true house rules, the most relevant one per ticket (the ceiling)
     placebo@top1                  ten neutral sentences, one per ticket
+    rules@oracle                  the ten true rules, each ticket shown the one that decides it (a diagnostic: how
+                                  well the model follows the right rule, whatever retrieval would have shown)
+    rules@nearest-train           the ten true rules, each ticket shown the rule of its nearest training ticket
+                                  (BM25 over the 40 training and selection tickets): routing by examples
     always X                      no model: every ticket answered X, the answer the shipped lessons' verified
                                   fixes moved to most (from the compile's training records, not the held-out
                                   data): what a lesson that only shifts answers toward X amounts to at best
@@ -40,6 +44,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -49,6 +54,7 @@ import dspy
 from tfgrpo_dspy import ExperienceLibrary
 from tfgrpo_dspy.demo import demo_optimizer, machine_speed
 from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k
+from tfgrpo_dspy.inference.injection import LuceneBM25, retrieval_words, with_experiences
 from tfgrpo_dspy.inference.majority import constant_scores
 from tfgrpo_dspy.kits.tickets.generator import generate_tickets
 from tfgrpo_dspy.kits.tickets.rules import HOUSE_RULES, PLACEBO_LESSONS
@@ -133,10 +139,41 @@ def run_tickets(lm: dspy.LM, n: int, store: Path, compile_seeds: int = 1) -> dic
             for reference, library in libraries.items():
                 reports[reference] = evaluate(reference, TICKETS.make_program(), heldout, metric, evals, lm, "queue",
                                               library)
+    # Diagnostics of the ceiling, run last: the right rule shown (oracle), or the rule of the nearest training ticket.
+    routes = {"rules@oracle": {e.ticket: e.rule for e in heldout}.__getitem__,
+              "rules@nearest-train": NearestTraining(trainset + selection)}
+    for name, route in routes.items():
+        reports[name] = evaluate(name, RoutedRules(route), heldout, metric, evals, lm, "queue")
     records = _records(reports)
     return {"task": "tickets", "train": "train split seed 0 (24 train, 16 selection)",
             "heldout": f"held-out split seed {HELDOUT_SEED}, {n} tickets", "compiles": compiles,
             "control_lesson": libraries["control"].texts[0], **tickets_summary(records, compiles, n)}
+
+
+class RoutedRules(dspy.Module):
+    """The ticket program shown one true house rule per ticket, the one ``route`` names for its text: how well the
+    model follows a rule, apart from which rule a lesson retrieval would have shown."""
+
+    def __init__(self, route: Callable[[str], str]):
+        super().__init__()
+        self.route = route
+        self.by_rule = {rule.name: with_experiences(TICKETS.make_program(), ExperienceLibrary.from_texts([rule.lesson]),
+                                                    top_k=None) for rule in HOUSE_RULES}
+
+    def forward(self, ticket: str) -> dspy.Prediction:
+        return self.by_rule[self.route(ticket)](ticket=ticket)
+
+
+class NearestTraining:
+    """The house rule of the training ticket nearest to a ticket (BM25 over the training tickets' words)."""
+
+    def __init__(self, training: list[dspy.Example]):
+        self.rules = [e.rule for e in training]
+        self.index = LuceneBM25([retrieval_words(e.ticket) for e in training])
+
+    def __call__(self, ticket: str) -> str:
+        scores = self.index.get_scores(retrieval_words(ticket))
+        return self.rules[max(range(len(scores)), key=lambda i: (scores[i], -i))]
 
 
 def tickets_data(n: int) -> tuple[list, list, list]:
@@ -163,6 +200,7 @@ def tickets_summary(records: dict[str, list[dict[str, Any]]], compiles: list[dic
               if constants[c["seed"]] and learned_name(c["seed"]) in records]
     for answer in dict.fromkeys(a for a in constants.values() if a):
         pairs += [("none", f"always {answer}"), (f"always {answer}", "rules@top1")]
+    pairs += [("rules@top1", "rules@oracle"), ("rules@top1", "rules@nearest-train")]
     return _summary(records, [(a, b) for a, b in pairs if a in records and b in records])
 
 

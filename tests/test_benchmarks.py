@@ -666,10 +666,19 @@ def test_verified_lessons_scores_every_compile_seed_against_the_same_references(
     assert bench.main(["--tickets", "6", "--compile-seeds", "2", "--stem", "vl"]) == 0
     (task,) = json.loads((tmp_path / "vl.json").read_text())["tasks"]
     learned = ["learned (compile seed 0)", "learned (compile seed 1)"]
-    assert list(task["accuracy"]) == ["none", learned[0], "control", "rules@top1", "placebo@top1", learned[1]]
+    assert list(task["accuracy"]) == ["none", learned[0], "control", "rules@top1", "placebo@top1", learned[1],
+                                      "rules@oracle", "rules@nearest-train"]
     assert [c["seed"] for c in task["compiles"]] == [0, 1]
     pairs = {(c["base"], c["other"]) for c in task["comparisons"]}
-    assert {("none", learned[1]), ("control", learned[1]), (learned[0], "rules@top1")} <= pairs
+    assert {("none", learned[1]), ("control", learned[1]), (learned[0], "rules@top1"), ("rules@top1", "rules@oracle"),
+            ("rules@top1", "rules@nearest-train")} <= pairs
+    # The oracle shows each ticket the rule that decides it: the system prompt of its call names that rule's lesson.
+    from tfgrpo_dspy.kits.tickets.rules import RULES_BY_NAME
+
+    _, _, heldout = bench.tickets_data(6)
+    oracle_calls = [c for c in lm.engine.calls if heldout[0].ticket in str(c.inputs.get("ticket", ""))
+                    and RULES_BY_NAME[heldout[0].rule].lesson in c.system]
+    assert oracle_calls
     assert all(len(rows) == 6 for rows in task["per_problem"].values())
     text = (tmp_path / "vl.md").read_text()
     assert "### Compile seed 1" in text and "Compile to compile: learned vs none over 2 compile seeds" in text
@@ -694,6 +703,8 @@ def test_verified_lessons_compares_each_learned_library_with_the_answer_its_fixe
                     {**check, "text": "shipped too", "kept": True, "fixes": [other]},
                     {**check, "text": "dropped", "kept": False, "fixes": [other, other + 1, other + 2]}]}
     assert bench.shift_constant(compile_, trainset, "queue") == "self-service"
+    nearest = bench.NearestTraining(trainset)
+    assert all(nearest(e.ticket) == e.rule for e in trainset)  # a training ticket is its own nearest
     assert bench.shift_constant({**compile_, "lessons": []}, trainset, "queue") is None
     metric = bench.TICKETS.make_metric(None)
     assert constant_scores(heldout, metric, "queue", "self-service") == [

@@ -92,7 +92,7 @@ def relevant_lessons(library: ExperienceLibrary, query: str, k: int | None) -> E
     """The ``k`` lessons of ``library`` most relevant to ``query`` (BM25), in library order."""
     if k is None or len(library) <= k:
         return library
-    scores = LuceneBM25([_tokens(e.text) for e in library]).get_scores(_tokens(query))
+    scores = LuceneBM25([retrieval_words(e.text) for e in library]).get_scores(retrieval_words(query))
     ranked = sorted(range(len(library)), key=lambda i: (-scores[i], i))[:k]
     chosen = {library.experiences[i].id for i in ranked}
     return ExperienceLibrary([e for e in library if e.id in chosen], max_experiences=library.max_experiences,
@@ -115,7 +115,8 @@ def collect_shown_lessons() -> Iterator[set[int]]:
         _SHOWN.reset(token)
 
 
-def _tokens(text: str) -> list[str]:
+def retrieval_words(text: str) -> list[str]:
+    """The words retrieval matches on: lowercase runs of letters and digits."""
     return re.findall(r"[a-z0-9]+", text.lower())
 
 
