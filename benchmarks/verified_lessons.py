@@ -254,6 +254,9 @@ def markdown(report: dict[str, Any]) -> str:
     lines = ["# Verified lessons on the embedded model: fresh held-out data", "",
              f"Commit {setup['commit']}, {setup['date']}; machine at the start: {setup['speed']}; load average "
              f"{setup['load_average_at_start']} at the start, {setup.get('load_average_at_end')} at the end.", ""]
+    if setup.get("earlier_runs"):
+        lines += ["Answers saved by earlier runs are reused: " + "; ".join(
+            f"commit {run['commit']}, {run['date']}, {run['speed']}" for run in setup["earlier_runs"]) + ".", ""]
     for task in report["tasks"]:
         lines += [f"## {task['task']}", "", f"Training: {task['train']}. Held-out: {task['heldout']}.", "",
                   "| program | accuracy |", "|---|---|"]
@@ -325,8 +328,13 @@ def main(argv: list[str] | None = None) -> int:
              "speed_at_start": asdict(speed) if speed else None,
              "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
     path = RESULTS / f"{args.stem}.json"
-    # Another task's finished result in this stem's file is kept (a run of one task does not erase the other).
-    earlier = {t["task"]: t for t in read_json(path).get("tasks", []) if "compiles" in t} if path.exists() else {}
+    saved = read_json(path) if path.exists() else {}
+    # Another task's finished result in this stem's file is kept (a run of one task does not erase the other), and
+    # so are the setups of the runs whose saved answers this one reuses (their machine speed, their commit).
+    earlier = {t["task"]: t for t in saved.get("tasks", []) if "compiles" in t}
+    if saved.get("setup"):
+        previous = saved["setup"]
+        setup["earlier_runs"] = [*previous.pop("earlier_runs", []), previous]
     for name in args.tasks:
         earlier[name] = (run_tickets(lm, args.tickets, store, args.compile_seeds) if name == "tickets"
                          else run_gsm8k(lm, args.gsm8k, store))

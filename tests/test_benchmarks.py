@@ -686,6 +686,10 @@ def test_verified_lessons_scores_every_compile_seed_against_the_same_references(
     calls = len(lm.engine.calls)
     assert bench.main(["--tickets", "6", "--compile-seeds", "2", "--stem", "vl"]) == 0
     assert len(lm.engine.calls) == calls
+    # ... and keeps the setup of the run that made them.
+    setup = json.loads((tmp_path / "vl.json").read_text())["setup"]
+    assert len(setup["earlier_runs"]) == 1
+    assert "Answers saved by earlier runs are reused" in (tmp_path / "vl.md").read_text()
 
 
 def test_verified_lessons_compares_each_learned_library_with_the_answer_its_fixes_moved_to(monkeypatch, tmp_path):
