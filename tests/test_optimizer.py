@@ -395,12 +395,14 @@ def test_a_run_from_before_a_new_setting_existed_resumes(lm, tmp_path):
     manifest = json.loads(manifest_path.read_text())
     assert manifest["program"] == "Predict"  # the user's class, not the carrier it runs as
     del manifest["settings"]["max_trajectory_chars"]  # as written by the version before that setting
+    manifest["program"] = "ExperiencePredict"  # ... and by versions that named a Predict student by its carrier
     manifest_path.write_text(json.dumps(manifest))
     calls = len(lm._engine_spec.calls)
     resumed = optimizer(epochs=1, log_dir=tmp_path).compile(dspy.Predict("question -> answer"), trainset=trainset())
     assert len(lm._engine_spec.calls) == calls  # everything was reused
     assert [e.text for e in resumed.experience_library] == [e.text for e in compiled.experience_library]
     assert json.loads(manifest_path.read_text())["settings"]["max_trajectory_chars"] == 8000
+    assert json.loads(manifest_path.read_text())["program"] == "Predict"
     with pytest.raises(ValueError, match="different settings"):  # a changed setting is still refused
         optimizer(epochs=1, log_dir=tmp_path, max_trajectory_chars=100).compile(
             dspy.Predict("question -> answer"), trainset=trainset())

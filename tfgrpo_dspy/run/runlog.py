@@ -47,6 +47,12 @@ def _settings_added_since(previous: dict[str, Any], manifest: dict[str, Any]) ->
     return {key: value for key, value in new.items() if key not in old}
 
 
+def _predict_recorded_as_its_carrier(previous: dict[str, Any], manifest: dict[str, Any]) -> bool:
+    """Whether ``previous`` was written by a version that recorded a bare ``dspy.Predict`` student as the
+    ``ExperiencePredict`` carrying its library (the same program, under the carrier's name)."""
+    return previous.get("program") == "ExperiencePredict" and manifest.get("program") == "Predict"
+
+
 class RunLog:
     """Reads and writes one run's records; with ``root=None`` nothing is persisted."""
 
@@ -86,6 +92,10 @@ class RunLog:
             # manifest records them so later resumes compare against the full set.
             logger.info("resuming a run that predates the settings %s; they apply from now on", added)
             previous = {**previous, "settings": {**previous["settings"], **added}}
+            write_json_atomic(path, previous)
+        if _predict_recorded_as_its_carrier(previous, manifest):
+            logger.info("resuming a run whose manifest named its Predict student 'ExperiencePredict'")
+            previous = {**previous, "program": manifest["program"]}
             write_json_atomic(path, previous)
         old, new = _flatten(previous), _flatten(manifest)
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
