@@ -15,6 +15,9 @@ held-out tickets (the held-out split, seed 1000, which no default was chosen on;
                                   well the model follows the right rule, whatever retrieval would have shown)
     rules@nearest-train           the ten true rules, each ticket shown the rule of its nearest training ticket
                                   (BM25 over the 40 training and selection tickets): routing by examples
+    learned (compile seed 0) @nearest-train
+                                  the first compile's lessons, each ticket shown the lesson whose verification
+                                  fixed its nearest training ticket, or none
     always X                      no model: every ticket answered X, the answer the shipped lessons' verified
                                   fixes moved to most (from the compile's training records, not the held-out
                                   data): what a lesson that only shifts answers toward X amounts to at best
@@ -144,6 +147,10 @@ def run_tickets(lm: dspy.LM, n: int, store: Path, compile_seeds: int = 1) -> dic
               "rules@nearest-train": NearestTraining(trainset + selection)}
     for name, route in routes.items():
         reports[name] = evaluate(name, RoutedRules(route), heldout, metric, evals, lm, "queue")
+    # The first compile's lessons routed by the training tickets their verification fixed (others: no lesson).
+    first = compiles[0]
+    routed = RoutedLessons(first["lessons"], NearestTraining(trainset, fixed_by(first, len(trainset))))
+    reports[ROUTED] = evaluate(ROUTED, routed, heldout, metric, evals, lm, "queue")
     records = _records(reports)
     return {"task": "tickets", "train": "train split seed 0 (24 train, 16 selection)",
             "heldout": f"held-out split seed {HELDOUT_SEED}, {n} tickets", "compiles": compiles,
@@ -165,15 +172,44 @@ class RoutedRules(dspy.Module):
 
 
 class NearestTraining:
-    """The house rule of the training ticket nearest to a ticket (BM25 over the training tickets' words)."""
+    """The label of the training ticket nearest to a ticket (BM25 over the training tickets' words): by default
+    its house rule."""
 
-    def __init__(self, training: list[dspy.Example]):
-        self.rules = [e.rule for e in training]
+    def __init__(self, training: list[dspy.Example], labels: list[str | None] | None = None):
+        self.labels = labels if labels is not None else [e.rule for e in training]
         self.index = LuceneBM25([retrieval_words(e.ticket) for e in training])
 
-    def __call__(self, ticket: str) -> str:
+    def __call__(self, ticket: str) -> str | None:
         scores = self.index.get_scores(retrieval_words(ticket))
-        return self.rules[max(range(len(scores)), key=lambda i: (scores[i], -i))]
+        return self.labels[max(range(len(scores)), key=lambda i: (scores[i], -i))]
+
+
+class RoutedLessons(dspy.Module):
+    """The ticket program shown, per ticket, the learned lesson ``route`` names (None: no lesson): a learned library
+    routed by training examples instead of by its lessons' words."""
+
+    def __init__(self, lessons: list[str], route: Callable[[str], str | None]):
+        super().__init__()
+        self.route = route
+        self.plain = TICKETS.make_program()
+        self.by_lesson = {text: with_experiences(TICKETS.make_program(), ExperienceLibrary.from_texts([text]),
+                                                 top_k=None) for text in lessons}
+
+    def forward(self, ticket: str) -> dspy.Prediction:
+        lesson = self.route(ticket)
+        return (self.plain if lesson is None else self.by_lesson[lesson])(ticket=ticket)
+
+
+def fixed_by(compile_: dict[str, Any], count: int) -> list[str | None]:
+    """For each of ``count`` training examples, the shipped lesson whose verification fixed it (the first kept one),
+    else None: the keys that route a learned library by examples."""
+    shipped = set(compile_["lessons"])
+    labels: list[str | None] = [None] * count
+    for check in compile_["checks"]:
+        if check.get("kept") and check["text"] in shipped:
+            for index in check["fixes"]:
+                labels[index] = labels[index] or check["text"]
+    return labels
 
 
 def tickets_data(n: int) -> tuple[list, list, list]:
@@ -200,8 +236,12 @@ def tickets_summary(records: dict[str, list[dict[str, Any]]], compiles: list[dic
               if constants[c["seed"]] and learned_name(c["seed"]) in records]
     for answer in dict.fromkeys(a for a in constants.values() if a):
         pairs += [("none", f"always {answer}"), (f"always {answer}", "rules@top1")]
-    pairs += [("rules@top1", "rules@oracle"), ("rules@top1", "rules@nearest-train")]
+    pairs += [("rules@top1", "rules@oracle"), ("rules@top1", "rules@nearest-train"), ("none", ROUTED),
+              (learned_name(0), ROUTED), *[(f"always {a}", ROUTED) for a in dict.fromkeys(constants.values()) if a]]
     return _summary(records, [(a, b) for a, b in pairs if a in records and b in records])
+
+
+ROUTED = "learned (compile seed 0) @nearest-train"
 
 
 def learned_name(seed: int) -> str:
@@ -263,7 +303,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [f"| {name} | {100 * value:.1f}% |" for name, value in task["accuracy"].items()]
         lines += ["", "| comparison | Δ [95% CI], won / lost, exact sign test |", "|---|---|"]
         lines += [f"| {c['other']} vs {c['base']} | {c['verdict']} |" for c in task["comparisons"]]
-        spread = [c["delta"] for c in task["comparisons"] if c["base"] == "none" and c["other"].startswith("learned")]
+        seeds = {learned_name(c["seed"]) for c in task["compiles"]}
+        spread = [c["delta"] for c in task["comparisons"] if c["base"] == "none" and c["other"] in seeds]
         if len(spread) > 1:
             lines += ["", f"Compile to compile: learned vs none over {len(spread)} compile seeds, mean "
                       f"{100 * sum(spread) / len(spread):+.1f} points, from {100 * min(spread):+.1f} to "

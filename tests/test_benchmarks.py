@@ -667,7 +667,7 @@ def test_verified_lessons_scores_every_compile_seed_against_the_same_references(
     (task,) = json.loads((tmp_path / "vl.json").read_text())["tasks"]
     learned = ["learned (compile seed 0)", "learned (compile seed 1)"]
     assert list(task["accuracy"]) == ["none", learned[0], "control", "rules@top1", "placebo@top1", learned[1],
-                                      "rules@oracle", "rules@nearest-train"]
+                                      "rules@oracle", "rules@nearest-train", "learned (compile seed 0) @nearest-train"]
     assert [c["seed"] for c in task["compiles"]] == [0, 1]
     pairs = {(c["base"], c["other"]) for c in task["comparisons"]}
     assert {("none", learned[1]), ("control", learned[1]), (learned[0], "rules@top1"), ("rules@top1", "rules@oracle"),
@@ -709,6 +709,9 @@ def test_verified_lessons_compares_each_learned_library_with_the_answer_its_fixe
     assert bench.shift_constant(compile_, trainset, "queue") == "self-service"
     nearest = bench.NearestTraining(trainset)
     assert all(nearest(e.ticket) == e.rule for e in trainset)  # a training ticket is its own nearest
+    keys = bench.fixed_by(compile_, len(trainset))  # the kept, shipped lessons' fixes; the dropped one's are not
+    assert [i for i, k in enumerate(keys) if k == "shipped"] == fixed and keys[other] == "shipped too"
+    assert keys.count(None) == len(trainset) - len(fixed) - 1
     assert bench.shift_constant({**compile_, "lessons": []}, trainset, "queue") is None
     metric = bench.TICKETS.make_metric(None)
     assert constant_scores(heldout, metric, "queue", "self-service") == [
