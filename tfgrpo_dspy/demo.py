@@ -152,8 +152,9 @@ def run_demo(task: Task, lm: dspy.LM, out: Path, *, sizes: DemoSizes, seed: int 
     say(f"  after:  {100 * after.mean_at_k:.1f}%")
     say(f"\n== verdict on {len(heldout)} held-out examples (greedy, paired) ==\n  {comparison.verdict()}")
     majority = majority_baseline(pool, heldout, metric, task.answer_field)
-    against = compare_paired(list(majority.scores), scores(after)) if majority is not None else None
-    if majority is not None and against is not None:
+    against = None
+    if majority is not None:
+        against = compare_paired(list(majority.scores), scores(after))
         say("\n== against one answer for everything ==")
         for line in majority_lines(majority, against):
             say(f"  {line}")
@@ -171,7 +172,8 @@ def run_demo(task: Task, lm: dspy.LM, out: Path, *, sizes: DemoSizes, seed: int 
     record = {"task": task.name, "seed": seed, "heldout_seed": seed + HELDOUT_SEED_OFFSET, "sizes": asdict(sizes),
               "before": before.to_dict(), "after": after.to_dict(), "train": result.to_dict(),
               "comparison": comparison.to_dict(), "minutes": round(minutes, 1),
-              "majority": {**majority.to_dict(), "comparison": against.to_dict()} if against is not None else None,
+              "majority": {**majority.to_dict(), "comparison": against.to_dict()}
+              if majority is not None and against is not None else None,
               "speed_at_start": asdict(speed) if speed is not None else None}
     write_json_atomic(out / "demo.json", record)
     return record
