@@ -47,6 +47,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -340,9 +341,10 @@ def reanalyze(path: Path) -> int:
     return write_report(path, report)
 
 
-def write_report(path: Path, report: dict[str, Any]) -> int:
+def write_report(path: Path, report: dict[str, Any], render: Callable[[dict[str, Any]], str] | None = None) -> int:
+    """The report as JSON and as markdown (``render``, this benchmark's `markdown` by default), printed."""
     write_json_atomic(path, report)
-    path.with_suffix(".md").write_text(markdown(report))
+    path.with_suffix(".md").write_text((render or markdown)(report))
     print(path.with_suffix(".md").read_text())
     return 0
 

@@ -32,7 +32,7 @@ LIBRARY_CASES = [
     (broken(exp__1__id=1), "duplicate id(s) [1]"),
     (broken(exp__0__text=None), "experiences[0].text: must be a non-empty string, got None"),
     (broken(exp__0__text="one two three four five six seven eight nine"), "over max_words=8"),
-    (broken(version=3), "unknown format version 3"),
+    (broken(version=4), "unknown format version 4"),
     (broken(next_id=2), "next_id: 2 is not above the largest id 2"),
     (broken(next_id="x"), "next_id: must be a positive integer"),
     (broken(max_words=0), "max_words: must be a positive integer or null"),

@@ -733,3 +733,27 @@ def test_verified_lessons_compares_each_learned_library_with_the_answer_its_fixe
     assert (same["wins"], same["losses"], same["significant"]) == (0, 0, False)
     assert ("none", "always self-service") in verdicts and "always self-service: no model" in (
         tmp_path / "vl.md").read_text()
+
+
+def test_routed_lessons_compares_both_routings_on_the_development_and_held_out_tickets(monkeypatch, tmp_path):
+    bench = load_script("routed_lessons")
+    lm = scripted_lm(ticket_router)
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench, "EARLIER", tmp_path / "no earlier run")
+    monkeypatch.setattr(bench, "DEV_N", 4)
+    monkeypatch.setattr(bench, "HELDOUT_N", 5)
+    monkeypatch.setattr(bench, "make_lm", lambda spec, **kwargs: lm)
+    assert bench.main(["--stem", "rl"]) == 0
+    report = json.loads((tmp_path / "rl.json").read_text())
+    assert [part["set"] for part in report["sets"]] == ["development", "held-out"]
+    for part, n in zip(report["sets"], (4, 5), strict=True):
+        assert {"none", bench.LESSON, bench.EXAMPLE} <= set(part["accuracy"])
+        assert all(len(rows) == n for rows in part["per_problem"].values())
+        assert {("none", bench.EXAMPLE), (bench.LESSON, bench.EXAMPLE)} <= {
+            (c["base"], c["other"]) for c in part["comparisons"]}
+        assert all(sum(counts.values()) == n for counts in part["reached"].values())
+    manifest = json.loads((tmp_path / "rl.runs" / "example" / "log" / "manifest.json").read_text())
+    assert manifest["settings"]["route_by"] == "example"
+    assert "## held-out: 5 tickets" in (tmp_path / "rl.md").read_text()
+    calls = len(lm.engine.calls)  # a rerun loads both compiles and every saved answer: no call
+    assert bench.main(["--stem", "rl"]) == 0 and len(lm.engine.calls) == calls

@@ -88,6 +88,16 @@ def test_show_and_diff(tmp_path, capsys):
     assert "- [E1] When a, do b." in diff and "+ [E3] When e, do f." in diff
 
 
+def test_show_says_how_a_routed_library_routes(tmp_path, capsys):
+    library = ExperienceLibrary.from_texts(["When a refund is asked for, answer payments.", "When c, do d."])
+    library.route(1, ["refund for order 1", "refund for order 2"], everyone=["opening hours", "lost parcel"])
+    assert run("show", str(library.save(tmp_path / "routed.json"))) == 0
+    shown = capsys.readouterr().out
+    assert "routed by 4 training inputs: a call sees the lessons of the nearest one (2 of them route to no lesson)" \
+        in shown
+    assert "answer payments.  (routed from 2 training inputs" in shown and "do d.  (routed from 0" in shown
+
+
 def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path, capsys):
     assert run("show", str(tmp_path / "missing.json")) == 2
     assert "no experience library" in capsys.readouterr().err

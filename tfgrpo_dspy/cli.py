@@ -105,7 +105,7 @@ def _train_settings(task: Task, args: argparse.Namespace) -> dict[str, Any]:
         "temperature": args.temperature, "max_experiences": args.max_experiences, "max_words": args.max_words,
         "num_threads": args.num_threads, "max_lm_calls": args.max_lm_calls,
         "max_tokens_budget": args.max_tokens_budget, "max_cost": args.max_cost,
-        "val_fraction": args.val_fraction, "placement": args.placement, "top_k": args.top_k,
+        "val_fraction": args.val_fraction, "placement": args.placement, "top_k": args.top_k, "route_by": args.route_by,
     }
     settings.update({k: v for k, v in overrides.items() if v is not None})
     if settings.get("top_k") == 0:
@@ -281,10 +281,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     library = ExperienceLibrary.load(args.library)
     caps = f"max {library.max_experiences} lessons, {library.max_words} words each"
     print(f"{args.library}: {len(library)} lessons (~{library.approx_tokens()} tokens; {caps})")
+    if library.routes:
+        print(f"routed by {len(library.routes)} training inputs: a call sees the lessons of the nearest one "
+              f"({sum(not r.lessons for r in library.routes)} of them route to no lesson)")
     for exp in library:
         where = f"added step {exp.added_step}, updated step {exp.updated_step}" if exp.added_step else ""
         sources = f"from examples {', '.join(map(str, exp.sources))}" if exp.sources else ""
-        details = "; ".join(part for part in (where, sources, exp.record) if part)
+        routed = sum(exp.id in r.lessons for r in library.routes)
+        routes = f"routed from {routed} training inputs" if library.routes else ""
+        details = "; ".join(part for part in (where, sources, routes, exp.record) if part)
         print(f"[{exp.label}] {printable(exp.text)}  ({details})")
     if args.audit:
         print("\naudit log:")

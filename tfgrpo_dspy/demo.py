@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import dspy
 
@@ -102,11 +103,13 @@ def majority_lines(majority: MajorityBaseline, against: PairedComparison) -> lis
     return lines
 
 
-def demo_optimizer(task: Task, metric: Callable, seed: int, log_dir: Path) -> TrainingFreeGRPO:
+def demo_optimizer(task: Task, metric: Callable, seed: int, log_dir: Path, **overrides: Any) -> TrainingFreeGRPO:
     """The demo's recipe: the task's training defaults, seeded rollouts, no per-rollout summaries (one reflection
-    call per group). `benchmarks/verified_lessons.py` measures exactly this compile on more held-out data."""
+    call per group); ``overrides`` change settings of it. `benchmarks/verified_lessons.py` measures exactly this
+    compile on more held-out data."""
+    settings = {**task.train_defaults, **overrides}
     return TrainingFreeGRPO(metric=metric, seed=seed, log_dir=str(log_dir), seed_rollouts=True, summarize=False,
-                            **task.train_defaults)
+                            **settings)
 
 
 def run_demo(task: Task, lm: dspy.LM, out: Path, *, sizes: DemoSizes, seed: int = 0, say=print) -> dict:

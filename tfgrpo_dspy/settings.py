@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 PLACEMENTS = ("instructions", "input", "both")
+ROUTE_BY = ("lesson", "example")
 # Each call sees its one most relevant lesson: the best dose for the embedded model on 100 held-out tickets
 # (benchmarks/results/lessons_study.md: the house rules at top 1 +25 points [+14, +36] against none and +14
 # [+3, +25] against top 2; top 2 +11, top 4 +8 n.s., all ten at once -5 n.s.). None shows every lesson,
@@ -59,6 +60,9 @@ class TrainingFreeGRPOSettings:
                              "instructions), 'input' (an 'experiences' input field before the task input), or 'both'")
     top_k: int | None = setting(DEFAULT_TOP_K, "give each call only the k lessons most relevant to its input "
                                 "(BM25); None = all lessons (the paper's recipe)", minimum=1)
+    route_by: str = setting("lesson", "how a call's lessons are chosen: 'lesson' = the top_k lessons whose text is "
+                            "most like its input (BM25); 'example' = the lessons verified on the training input "
+                            "nearest to its input, none when no lesson fixed that one (needs verify and ground truth)")
     predictors: tuple[str, ...] | None = setting(None, "names of the predictors that carry the library; None = all")
     # -- reflection ----------------------------------------------------------------------------------
     extraction: bool = setting(True, "the per-group comparison (the paper's semantic advantage): one reflection call "
@@ -128,6 +132,11 @@ class TrainingFreeGRPOSettings:
             _validate(spec, getattr(self, spec.name))
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
+        if self.route_by not in ROUTE_BY:
+            raise ValueError(f"route_by must be one of {ROUTE_BY}, got {self.route_by!r}")
+        if self.route_by == "example" and not (self.verify and self.ground_truth):
+            raise ValueError("route_by='example' routes each lesson to the training examples it was verified on: "
+                             "it needs verify=True and ground_truth=True")
         if not 0 <= self.temperature <= 2:
             raise ValueError(f"temperature must be in [0, 2], got {self.temperature!r}")
         if not 0 <= self.val_fraction < 1:

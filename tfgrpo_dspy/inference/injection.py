@@ -8,7 +8,10 @@ shows it on every call in one of three placements:
     "both"          both of the above
 
 With ``top_k`` (default 1, `DEFAULT_TOP_K`), each call shows only the k lessons most relevant to its
-inputs (BM25 over the lesson texts, query = the input values); ``top_k=None`` shows every lesson.
+inputs (BM25 over the lesson texts, query = the input values); ``top_k=None`` shows every lesson. A library
+with routes (``route_by="example"``) shows each call the lessons of the training input nearest to its inputs
+(BM25 over the routes' inputs), at most ``top_k`` of them, and nothing when that input has none; a rollout of
+a training example is routed by the nearest OTHER training input (`leaving_out`), as a new input would be.
 Training and deployment use the same class, so the model sees the lessons in exactly the same place.
 The library is saved with the program (``program.save``) as part of each predictor's state. Loading it
 the DSPy way, ``Program().load(path)`` into a plain program of the same shape, gives back carriers that
@@ -52,6 +55,7 @@ _BLOCK_RE = re.compile(r"\n*" + re.escape(BLOCK_START) + r".*?" + re.escape(BLOC
 _LINE_RE = re.compile(r"^\[E(\d+)\] (.+)$")
 _STATE_KEY = "tfgrpo_experiences"
 RETRIEVAL = "bm25-lucene-idf"  # see LuceneBM25; the name changes whenever the choice of lessons does
+ROUTING = "nearest-route-bm25-lucene-idf"  # the same, for a library with routes
 
 
 def render_block(library: ExperienceLibrary) -> str:
@@ -97,6 +101,50 @@ def relevant_lessons(library: ExperienceLibrary, query: str, k: int | None) -> E
     chosen = {library.experiences[i].id for i in ranked}
     return ExperienceLibrary([e for e in library if e.id in chosen], max_experiences=library.max_experiences,
                              max_words=library.max_words, next_id=library.next_id)
+
+
+def route_text(inputs: dict[str, Any]) -> str:
+    """What an input is routed by, and the query of a call: its values, in order, as one text."""
+    return " ".join(str(v) for v in inputs.values())
+
+
+# The route input of the training example being run (its own route is not used: see `leaving_out`).
+_LEFT_OUT: contextvars.ContextVar[str | None] = contextvars.ContextVar("tfgrpo_left_out_route", default=None)
+
+
+@contextlib.contextmanager
+def leaving_out(route_input: str) -> Iterator[None]:
+    """Calls inside this block (in this thread) are not routed by the route of ``route_input``: a training
+    example is shown what its nearest other training input is, so a lesson is judged where it would be shown
+    to a new input, not on the example it was routed from."""
+    token = _LEFT_OUT.set(route_input)
+    try:
+        yield
+    finally:
+        _LEFT_OUT.reset(token)
+
+
+def routed_lessons(library: ExperienceLibrary, query: str, k: int | None) -> ExperienceLibrary:
+    """The lessons (at most ``k``) of the route whose input is nearest to ``query`` (BM25), other than the one
+    left out; none when no route shares a word with the query or the nearest route has no lesson."""
+    left_out = _LEFT_OUT.get()
+    routes = [r for r in library.routes if r.input != left_out]
+    words = retrieval_words(query)
+    if not routes or not words:
+        return ExperienceLibrary([], next_id=library.next_id)
+    scores = LuceneBM25([retrieval_words(r.input) for r in routes]).get_scores(words)
+    best = max(range(len(routes)), key=lambda i: (scores[i], -i))
+    chosen = set(routes[best].lessons[:k]) if scores[best] > 0 else set()
+    return ExperienceLibrary([e for e in library if e.id in chosen], max_experiences=library.max_experiences,
+                             max_words=library.max_words, next_id=library.next_id)
+
+
+def shown_lessons(library: ExperienceLibrary, query: str, k: int | None) -> ExperienceLibrary:
+    """The lessons one call with this query is shown: by its route when the library has routes, else the k
+    most relevant."""
+    if library.routes:
+        return routed_lessons(library, query, k)
+    return relevant_lessons(library, query, k)
 
 
 # The ids of the lessons shown by the calls of the current rollout, when someone is collecting them.
@@ -150,15 +198,14 @@ class ExperiencePredict(dspy.Predict):
         if EXPERIENCES_FIELD in new.signature.input_fields:
             new.signature = new.signature.delete(EXPERIENCES_FIELD)
         # The stored signature is what plain DSPy saves: the static block when there is one.
-        static = placement == "instructions" and (top_k is None or len(library) <= top_k)
+        static = placement == "instructions" and not library.routes and (top_k is None or len(library) <= top_k)
         new.signature = new.signature.with_instructions(
             inject_instructions(base, library) if static else base)
         return new
 
     def call_signature(self, inputs: dict[str, Any]) -> tuple[type[dspy.Signature], dict[str, Any]]:
         """The signature and inputs of one call: the lessons (all, or the top k for these inputs) in place."""
-        query = " ".join(str(v) for v in inputs.values())
-        shown = relevant_lessons(self.experience_library, query, self.top_k)
+        shown = shown_lessons(self.experience_library, route_text(inputs), self.top_k)
         collector = _SHOWN.get()
         if collector is not None:
             collector.update(shown.ids)
@@ -189,7 +236,8 @@ class ExperiencePredict(dspy.Predict):
         # "retrieval" names how top_k lessons are chosen: a saved evaluation of a program made under another
         # retrieval has another fingerprint (`evaluation.fingerprint`), so its answers are not reused.
         state[_STATE_KEY] = {"library": self.experience_library.to_dict(include_audit=False),
-                             "placement": self.placement, "top_k": self.top_k, "retrieval": RETRIEVAL}
+                             "placement": self.placement, "top_k": self.top_k,
+                             "retrieval": ROUTING if self.experience_library.routes else RETRIEVAL}
         return state
 
     def load_state(self, state: dict[str, Any], **kwargs: Any) -> ExperiencePredict:

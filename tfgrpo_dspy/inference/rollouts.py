@@ -2,7 +2,8 @@
 
 Each rollout runs on a private copy of the program whose predictors use private LM copies
 with a rollout_id unique to that rollout, so DSPy's cache never collapses a group, and the
-copy's history gives the rollout's exact usage. A failure inside a rollout (LM, tool, program
+copy's history gives the rollout's exact usage; a library with routes shows it what it would show a new
+input (`leaving_out`). A failure inside a rollout (LM, tool, program
 or metric) is recorded on the rollout and scored as a failure, never raised.
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 
 import dspy
 
+from tfgrpo_dspy.inference.injection import leaving_out, route_text
 from tfgrpo_dspy.parallel import call_with_timeout
 from tfgrpo_dspy.usage import Usage, UsageRecord, usage_of
 
@@ -264,7 +266,9 @@ def run_rollout(
     names = {id(p): n for n, p in local.named_predictors()}
     inputs = example.inputs().toDict()
     prediction, error = None, None
-    with dspy.context(trace=[], disable_history=False, **({"lm": context_lm} if context_lm else {})):
+    # A training example is not routed by its own route (a no-op for other inputs): see `leaving_out`.
+    with dspy.context(trace=[], disable_history=False, **({"lm": context_lm} if context_lm else {})), \
+            leaving_out(route_text(inputs)):
         try:
             prediction = call_with_timeout(lambda: local(**inputs), timeout)
         except Exception as exc:

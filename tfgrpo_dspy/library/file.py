@@ -15,8 +15,8 @@ from typing import Any
 from tfgrpo_dspy.library.edits import AuditEntry
 
 FORMAT_NAME = "tfgrpo-experience-library"
-FORMAT_VERSION = 2  # 2 added per-lesson counters and sources; version 1 files still load
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3  # 2 added per-lesson counters and sources, 3 the routes; older files still load
+READABLE_VERSIONS = (1, 2, 3)
 MAX_TEXT_CHARS = 2000  # a lesson is a sentence; anything longer in a file is not one
 _AUDIT_STATUSES = ("applied", "refused")
 
@@ -69,6 +69,21 @@ class Experience:
 
 
 @dataclass(frozen=True)
+class Route:
+    """One training input and the lessons an input nearest to it is shown (none: it is shown no lesson).
+
+    A library with routes shows each call the lessons of the route whose input is most like the call's
+    (`tfgrpo_dspy.inference.injection`), instead of the lessons most like the input; see the setting
+    ``route_by``."""
+
+    input: str
+    lessons: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"input": self.input, "lessons": list(self.lessons)}
+
+
+@dataclass(frozen=True)
 class LibraryContents:
     """A checked library dict: what `ExperienceLibrary` is built from."""
 
@@ -77,6 +92,7 @@ class LibraryContents:
     next_id: int
     max_experiences: int | None
     max_words: int | None
+    routes: tuple[Route, ...] = ()
 
 
 class LibraryReader:
@@ -119,7 +135,26 @@ class LibraryReader:
         if not isinstance(audit, list):
             raise self.fail("audit_log", "must be a list of objects")
         entries = [self.audit_entry(entry, f"audit_log[{i}]") for i, entry in enumerate(audit)]
-        return LibraryContents(experiences, entries, next_id, **caps)
+        routes = data.get("routes", [])
+        if not isinstance(routes, list):
+            raise self.fail("routes", "must be a list of objects")
+        known = set(ids)
+        read = tuple(self.route(route, f"routes[{i}]", known) for i, route in enumerate(routes))
+        return LibraryContents(experiences, entries, next_id, **caps, routes=read)
+
+    def route(self, item: Any, where: str, known: set[int]) -> Route:
+        if not isinstance(item, dict):
+            raise self.fail(where, f"must be an object, got {type(item).__name__}")
+        text = item.get("input")
+        if not isinstance(text, str) or not text.strip():
+            raise self.fail(f"{where}.input", f"must be a non-empty string, got {text!r}")
+        lessons = item.get("lessons", [])
+        if not isinstance(lessons, list) or not all(_is_count(i) for i in lessons):
+            raise self.fail(f"{where}.lessons", f"must be a list of experience ids, got {lessons!r}")
+        unknown = [i for i in lessons if i not in known]
+        if unknown:
+            raise self.fail(f"{where}.lessons", "unknown id(s) " + ", ".join(f"E{i}" for i in unknown))
+        return Route(self.text(text, f"{where}.input"), tuple(lessons))
 
     def optional_count(self, data: dict[str, Any], name: str) -> int | None:
         value = data.get(name)

@@ -5,7 +5,9 @@ ids are never renumbered, texts are capped at ``max_words``, the library at ``ma
 exact duplicates are not added, unknown ids are refused, and every applied or refused edit lands in
 an audit log with its step and reason. Each lesson also carries its provenance (the step and the
 training examples it came from) and ACE-style counters (uses, helpful, harmful) that the optimizer
-fills from rollouts; they are shown to the update step and to people, never to the policy.
+fills from rollouts; they are shown to the update step and to people, never to the policy. A library may
+also carry routes (training inputs, each with the lessons shown to the inputs nearest it; see `Route`), kept
+in step with deletes and merges.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tfgrpo_dspy.library.file import (
     Experience,
     LibraryFileError,
     LibraryReader,
+    Route,
     normalize_text,
     word_count,
 )
@@ -81,6 +84,7 @@ class ExperienceLibrary:
     max_words: int | None = None
     audit_log: list[AuditEntry] = field(default_factory=list)
     next_id: int = 1
+    routes: list[Route] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for name in ("max_experiences", "max_words"):
@@ -156,8 +160,30 @@ class ExperienceLibrary:
         return ExperienceLibrary.from_dict(self.to_dict())
 
     def same_lessons(self, other: ExperienceLibrary) -> bool:
-        """True when both hold the same ids with the same texts (counters and audit aside)."""
-        return [(e.id, e.text) for e in self] == [(e.id, e.text) for e in other]
+        """True when both hold the same ids with the same texts and routes (counters and audit aside)."""
+        return [(e.id, e.text) for e in self] == [(e.id, e.text) for e in other] and self.routes == other.routes
+
+    def route(self, lesson_id: int, inputs: Iterable[str], *, everyone: Iterable[str] = ()) -> None:
+        """Show lesson ``lesson_id`` to the inputs nearest to ``inputs`` (training inputs), and give every input
+        of ``everyone`` a route of its own (to no lesson, unless it has one): an input nearest to a training
+        input no lesson is routed to is shown nothing."""
+        if lesson_id not in self:
+            raise KeyError(f"no experience E{lesson_id} to route to")
+        routed = {r.input: r.lessons for r in self.routes}
+        for text in everyone:
+            routed.setdefault(text, ())
+        for text in inputs:
+            lessons = routed.get(text, ())
+            routed[text] = lessons if lesson_id in lessons else (*lessons, lesson_id)
+        self.routes = [Route(text, lessons) for text, lessons in routed.items()]
+
+    def _reroute(self, removed: Sequence[int], into: int | None = None) -> None:
+        """Routes to deleted lessons go nowhere; routes to merged lessons go to the lesson they became."""
+        def rewrite(lessons: tuple[int, ...]) -> tuple[int, ...]:
+            kept = [into if i in removed else i for i in lessons]
+            return tuple(dict.fromkeys(i for i in kept if i is not None))
+
+        self.routes = [Route(r.input, rewrite(r.lessons)) for r in self.routes]
 
     # -- editing -------------------------------------------------------------------------------
     def apply(
@@ -208,6 +234,7 @@ class ExperienceLibrary:
             return done("refused", "unknown id(s): " + ", ".join(f"E{t}" for t in unknown))
         if op.op == "delete":
             self.experiences = [e for e in self.experiences if e.id != op.id]
+            self._reroute([op.id])
             return done("applied", f"deleted E{op.id}", op.id)
 
         text = normalize_text(op.text or "")
@@ -230,6 +257,7 @@ class ExperienceLibrary:
         rewritten = replace(old, text=text, updated_step=step, sources=tuple(all_sources),
                             uses=0, helpful=0, harmful=0)
         self.experiences = [rewritten if e.id == keep_id else e for e in self.experiences if e.id not in targets[1:]]
+        self._reroute(targets[1:], into=keep_id)
         if op.op == "modify":
             return done("applied", f"modified E{keep_id} (was: {old.text})", keep_id)
         return done("applied", "merged " + ", ".join(f"E{t}" for t in targets) + f" into E{keep_id}", keep_id)
@@ -264,6 +292,7 @@ class ExperienceLibrary:
         for exp in list(self.experiences):
             if exp.uses >= min_uses and exp.harmful - exp.helpful >= margin:
                 self.experiences = [e for e in self.experiences if e.id != exp.id]
+                self._reroute([exp.id])
                 entries.append(AuditEntry(step, "delete", "applied", f"pruned E{exp.id}: {exp.record}",
                                           id=exp.id, text=exp.text, reason="harmful record", result_id=exp.id))
         self.audit_log.extend(entries)
@@ -273,12 +302,16 @@ class ExperienceLibrary:
     def to_dict(self, *, include_audit: bool = True) -> dict[str, Any]:
         data: dict[str, Any] = {
             "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
+            # Without routes the file is a version-2 file: older releases read it, and a program's saved state
+            # (what evaluation fingerprints hash) is unchanged by this release.
+            "version": FORMAT_VERSION if self.routes else 2,
             "max_experiences": self.max_experiences,
             "max_words": self.max_words,
             "next_id": self.next_id,
             "experiences": [e.to_dict() for e in self.experiences],
         }
+        if self.routes:
+            data["routes"] = [r.to_dict() for r in self.routes]
         if include_audit:
             data["audit_log"] = [entry.to_dict() for entry in self.audit_log]
         return data
@@ -288,7 +321,7 @@ class ExperienceLibrary:
         """Validate and load a library dict; errors name ``origin`` (a file) and the field."""
         contents = LibraryReader(origin).read(data)
         return cls(contents.experiences, max_experiences=contents.max_experiences, max_words=contents.max_words,
-                   audit_log=contents.audit_log, next_id=contents.next_id)
+                   audit_log=contents.audit_log, next_id=contents.next_id, routes=list(contents.routes))
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the library as indented JSON, atomically."""
@@ -310,4 +343,4 @@ class ExperienceLibrary:
 
 __all__ = ["APPLY_ORDER", "FORMAT_NAME", "FORMAT_VERSION", "MAX_TEXT_CHARS", "OP_KINDS", "READABLE_VERSIONS",
            "ApplyReport", "AuditEntry", "EditOp", "Experience", "ExperienceLibrary", "LibraryDiff", "LibraryFileError",
-           "normalize_text", "parse_experience_id", "read_json", "word_count", "write_json_atomic"]
+           "Route", "normalize_text", "parse_experience_id", "read_json", "word_count", "write_json_atomic"]

@@ -20,10 +20,30 @@ from tfgrpo_dspy.stats import one_sided_sign_test
 
 @dataclass(frozen=True)
 class Edit:
-    """One applied edit of a step and the training examples its lesson came from."""
+    """One applied edit of a step, the training examples its lesson came from and, in a library with routes, the
+    training inputs its lesson is routed to (``routes``) among all of them (``everyone``)."""
 
     op: EditOp
     sources: tuple[int, ...] = ()
+    routes: tuple[str, ...] = ()
+    everyone: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, entry: AuditEntry, library: ExperienceLibrary) -> Edit:
+        """The edit an applied audit entry made to ``library`` (its lesson's sources and routes read from it)."""
+        op = EditOp(op=entry.op, id=entry.id, ids=list(entry.ids) if entry.ids else None, text=entry.text,
+                    reason=entry.reason)
+        if entry.result_id not in library:
+            return cls(op)
+        routes = tuple(r.input for r in library.routes if entry.result_id in r.lessons)
+        return cls(op, library[entry.result_id].sources, routes,
+                   tuple(r.input for r in library.routes) if routes else ())
+
+    def apply_to(self, library: ExperienceLibrary, step: int) -> None:
+        """Make this edit on ``library``, its routes included."""
+        entry = library.apply([self.op], step=step, sources=self.sources).entries[-1]
+        if self.routes and entry.status == "applied" and entry.result_id in library:
+            library.route(entry.result_id, self.routes, everyone=self.everyone)
 
 
 @dataclass
@@ -95,7 +115,7 @@ class StepGate:
             if len(tried) >= self.settings.gate_budget:
                 break
             single = outcome.library.copy()
-            single.apply([edit.op], step=step, sources=edit.sources)
+            edit.apply_to(single, step)
             if single.same_lessons(outcome.library):
                 tried[number - 1] = EditTrial(False, "not tried alone: it changes nothing on the library kept so far")
                 continue

@@ -13,7 +13,6 @@ import random
 import time
 
 from tfgrpo_dspy.inference.rollouts import GroupOutcome
-from tfgrpo_dspy.library.edits import ApplyReport, EditOp
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.reflection.reflection import SUCCESS, Proposal, RolloutSummary
 from tfgrpo_dspy.run.accounting import StopRun
@@ -130,15 +129,13 @@ class StepLoop:
         if self.ctx.verifier is not None:
             checks = phases.verify(step, proposals, inductions, self.library)
             candidate = self.library.copy()
-            reports = [add_verified(candidate, checks, step)]
+            reports = [self.ctx.verifier.add_kept(candidate, checks, step)]
             decisions, clusters = [], []
             clock.lap("verification")
         else:
             candidate, reports, decisions, clusters = phases.update(step, proposals, self.library)
             clock.lap("reflection")
-        edits = [Edit(EditOp(op=e.op, id=e.id, ids=list(e.ids) if e.ids else None, text=e.text, reason=e.reason),
-                      candidate[e.result_id].sources if e.result_id in candidate else ())
-                 for report in reports for e in report.applied if e.op != "keep"]
+        edits = [Edit.of(e, candidate) for report in reports for e in report.applied if e.op != "keep"]
         outcome = self.gate.decide(step, self.library, candidate, edits)
         self.library = outcome.library
         self.end_libraries[step] = self.library.copy()
@@ -208,17 +205,6 @@ class PhaseClock:
         now = time.perf_counter()
         self.seconds[phase] = round(self.seconds.get(phase, 0.0) + now - self._mark, 3)
         self._mark = now
-
-
-def add_verified(candidate: ExperienceLibrary, checks: list[LessonCheck], step: int) -> ApplyReport:
-    """Add the verified lessons to ``candidate`` in the order they were verified (each on top of the ones
-    before it, so the result is the library the last of them was verified in), each with the examples it
-    came from; the reason of each add is its verification record."""
-    entries = []
-    for check in (c for c in checks if c.kept):
-        op = EditOp(op="add", text=check.text, reason=f"verified: {check.reason}")
-        entries += candidate.apply([op], step=step, sources=check.sources).entries
-    return ApplyReport(tuple(entries))
 
 
 def credit_outcomes(groups: list[GroupOutcome], summaries: dict[tuple[int, int], RolloutSummary],

@@ -55,9 +55,10 @@ class GateDecision:
 
 
 def library_fingerprint(library: ExperienceLibrary, settings: TrainingFreeGRPOSettings, temperature: float) -> str:
-    """Same lessons, placement and decoding -> same fingerprint (counters and audit do not matter)."""
+    """Same lessons, routes, placement and decoding -> same fingerprint (counters and audit do not matter)."""
     s = settings
     key = f"{library.render()}\n{s.placement}\n{s.top_k}\n{s.predictors}\n{temperature}"
+    key += "".join(f"\n{r.input}\t{r.lessons}" for r in library.routes)  # nothing without routes: keys stay
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]  # an LM may write lone surrogates
 
 

@@ -13,9 +13,12 @@ the current library's own greedy runs of the same examples:
 
 A fix (wrong -> right) or a break (right -> wrong) counts only where the candidate was shown: with
 retrieval (``top_k``) the lesson reaches only the calls it is retrieved for, and elsewhere the prompt,
-and so the answer, is the current library's. A candidate is kept when its fixes minus its breaks reach
-``verify_margin`` and it breaks fewer than it fixes. Every run is kept in the run log by library
-fingerprint, so a resumed run or a candidate tried twice is never paid for again.
+and so the answer, is the current library's. With ``route_by="example"`` a candidate is routed to the
+inputs of the examples it came from, and each training example is shown the lessons of its nearest OTHER
+training input (leave-one-out, `leaving_out`), so a lesson is credited only where a new input like that
+example would see it; a kept lesson is routed to its sources and its fixes. A candidate is kept when its
+fixes minus its breaks reach ``verify_margin`` and it breaks fewer than it fixes. Every run is kept in the
+run log by library fingerprint, so a resumed run or a candidate tried twice is never paid for again.
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ from typing import Any
 import dspy
 import tqdm
 
-from tfgrpo_dspy.inference.injection import collect_shown_lessons, with_experiences
+from tfgrpo_dspy.inference.injection import collect_shown_lessons, route_text, with_experiences
 from tfgrpo_dspy.inference.rollouts import run_rollout
-from tfgrpo_dspy.library.edits import EditOp
+from tfgrpo_dspy.library.edits import ApplyReport, EditOp
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.parallel import map_in_threads
 from tfgrpo_dspy.reflection.reflection import SUCCESS
@@ -124,6 +127,9 @@ class Verifier:
         self.ledger = ledger
         self.reference = reference
         self.cache = TrialCache(log)
+        # The training inputs lessons are routed by (route_by="example"), by example index; None: no routes.
+        self.route_inputs = ([route_text(e.inputs().toDict()) for e in self.trainset]
+                             if settings.route_by == "example" else None)
 
     # -- trials -------------------------------------------------------------------------------------------
     def run(self, library: ExperienceLibrary, indices: Sequence[int]) -> dict[int, Trial]:
@@ -168,15 +174,34 @@ class Verifier:
             # Inputs the last kept lesson is not shown to send the same prompts as before: DSPy's cache answers
             # them, so only the changed prompts cost a call.
             check = self.check_one(candidate, current, self.run(current, everyone))
-            if check.kept:
-                current.apply([EditOp(op="add", text=candidate.text)])
+            self.add_kept(current, [check], step=None)
             checks.append(check)
         return checks
+
+    def add_kept(self, library: ExperienceLibrary, checks: Sequence[LessonCheck], step: int | None) -> ApplyReport:
+        """Add the kept lessons to ``library`` in the order they were verified (each on top of the ones before
+        it, so the result is the library the last of them was verified in), each with the examples it came from
+        and, with routes, routed to them and to the examples it fixed; the reason of each add is its
+        verification record."""
+        entries = []
+        for check in (c for c in checks if c.kept):
+            op = EditOp(op="add", text=check.text, reason=f"verified: {check.reason}")
+            entries += self._add(library, op, check.sources, [*check.sources, *check.fixes], step).entries
+        return ApplyReport(tuple(entries))
+
+    def _add(self, library: ExperienceLibrary, op: EditOp, sources: Sequence[int], routed: Sequence[int],
+             step: int | None) -> ApplyReport:
+        report = library.apply([op], step=step, sources=sources)
+        entry = report.entries[0]
+        if self.route_inputs is not None and entry.status == "applied" and entry.result_id is not None:
+            library.route(entry.result_id, [self.route_inputs[i] for i in sorted(set(routed))],
+                          everyone=self.route_inputs)
+        return report
 
     def check_one(self, candidate: CandidateLesson, library: ExperienceLibrary, baseline: dict[int, Trial]
                   ) -> LessonCheck:
         with_candidate = library.copy()
-        report = with_candidate.apply([EditOp(op="add", text=candidate.text)])
+        report = self._add(with_candidate, EditOp(op="add", text=candidate.text), (), candidate.sources, None)
         entry = report.entries[0] if report.entries else None
         if entry is None or entry.status != "applied" or entry.result_id is None:
             detail = entry.detail if entry is not None else "not applied"
