@@ -20,7 +20,7 @@ from tfgrpo_dspy.report.run import Run, load_run
 from tfgrpo_dspy.report.story import headline, stages
 
 KEY_SETTINGS = ("group_size", "epochs", "batch_size", "temperature", "max_experiences", "max_words", "summarize",
-                "gate", "gate_margin", "gate_budget", "val_fraction", "top_k", "placement", "seed")
+                "gate", "gate_margin", "gate_budget", "val_fraction", "top_k", "route_by", "placement", "seed")
 INPUT_CHARS = 120
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
