@@ -11,7 +11,7 @@ Both compiles: the demo's recipe (`demo_optimizer`) on the same training data (t
 train, 16 selection), optimizer seed 0. The ``route_by="lesson"`` one is verified_lessons.py's compile seed 0:
 its run log and saved answers are copied into this benchmark's runs folder and reused, nothing is recomputed.
 
-    development   60 tickets of the held-out split, seed 2000: the default of route_by is chosen on these
+    development   200 tickets of the held-out split, seed 2000: the default of route_by is chosen on these
     held-out      the 300 tickets of seed 1000 (verified_lessons.py's): reported, never used to choose
 
 Each pair is compared ticket by ticket (paired 95% interval, won / lost, exact sign test; "better" needs both);
@@ -60,7 +60,7 @@ from tfgrpo_dspy.lm import make_lm
 
 logger = logging.getLogger(__name__)
 
-DEV_SEED, DEV_N = 2000, 60
+DEV_SEED, DEV_N = 2000, 200
 HELDOUT_N = 300
 EARLIER = RESULTS / "verified_lessons.runs" / "tickets"  # verified_lessons.py's compile seed 0 and its answers
 LESSON, EXAMPLE = "learned (route_by=lesson)", "learned (route_by=example)"
