@@ -17,6 +17,7 @@ from test_verification import GOOD, SPURIOUS, exact, questions, shown_lessons
 from tfgrpo_dspy import ExperienceLibrary, TrainingFreeGRPO, library_of
 from tfgrpo_dspy.inference.injection import leaving_out, routed_lessons, with_experiences
 from tfgrpo_dspy.library.file import LibraryFileError, Route
+from tfgrpo_dspy.report import write_report
 from tfgrpo_dspy.run.accounting import Ledger
 from tfgrpo_dspy.run.runlog import RunLog
 from tfgrpo_dspy.run.verification import CandidateLesson, Verifier
@@ -128,7 +129,7 @@ def test_route_by_example_needs_verified_lessons():
         TrainingFreeGRPOSettings(route_by="nearest")
 
 
-def test_a_compile_routed_by_example_ships_its_lesson_to_inputs_like_those_it_fixed():
+def test_a_compile_routed_by_example_ships_its_lesson_to_inputs_like_those_it_fixed(tmp_path):
     def respond(call):
         if call.kind == "extract":
             return {"difference": "all answered general", "lessons": [], "misleading": [], "useful": []}
@@ -137,7 +138,7 @@ def test_a_compile_routed_by_example_ships_its_lesson_to_inputs_like_those_it_fi
         return default_reflection(call) or says_payments(call)
 
     optimizer = TrainingFreeGRPO(metric=exact, group_size=2, epochs=1, num_threads=1, progress=False,
-                                 verify_batch=8, route_by="example")
+                                 verify_batch=8, route_by="example", log_dir=tmp_path / "log")
     with dspy.context(lm=scripted_lm(respond)):
         compiled = optimizer.compile(dspy.Predict("question -> answer"), trainset=questions(0, 4, 4),
                                      valset=questions(100, 2, 2))
@@ -147,3 +148,7 @@ def test_a_compile_routed_by_example_ships_its_lesson_to_inputs_like_those_it_fi
     assert library.texts == [GOOD] and compiled.tfgrpo_result.steps[0].gate == "accepted"
     assert [r.lessons for r in library.routes] == [(1,)] * 4 + [()] * 4  # the training inputs, in order
     assert (refund, hours) == ("payments", "general")
+    # The report says how the shipped library routes, and how many training inputs each lesson is shown near.
+    page = write_report(tmp_path / "log", tmp_path / "page.html")[0].read_text(encoding="utf-8")
+    assert "Routed by example: each call is shown the lessons of the nearest of 8 training inputs (4 of them route " \
+        "to no lesson)." in page and "shown to inputs nearest 4 training inputs" in page

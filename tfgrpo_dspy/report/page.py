@@ -209,13 +209,18 @@ def _lessons(run: Run, audit: list[dict[str, Any]]) -> str:
         where = " (from the proposal records)" if sources and not e.sources else ""
         edits = "".join(_edit_item(a, e.text) for a in audit if _mentions(a, e.id)) or "<li>none recorded</li>"
         items = "".join(_source_item(run, i) for i in sources) or "<li>none recorded</li>"
+        near = _plural(sum(e.id in r.lessons for r in run.library.routes), "training input")
+        routed = f" · shown to inputs nearest {near}" if run.library.routes else ""
         cards.append(f'<div class="lesson"><p><b>[{esc(e.label)}]</b> {esc(e.text)}</p><p class="meta">added at '
                      f"{_at(e.added_step)}, updated at {_at(e.updated_step)} · used {e.uses}×, helpful "
-                     f"{e.helpful}, harmful {e.harmful}</p><p>Source examples{where}:</p><ul>{items}</ul>"
+                     f"{e.helpful}, harmful {e.harmful}{routed}</p><p>Source examples{where}:</p><ul>{items}</ul>"
                      f"<p>Edits:</p><ul>{edits}</ul></div>")
     body = "".join(cards) or '<p class="note">The library is empty.</p>'
+    routes = run.library.routes
+    routing = (f"<p>Routed by example: each call is shown the lessons of the nearest of {len(routes)} training "
+               f"inputs ({sum(not r.lessons for r in routes)} of them route to no lesson).</p>" if routes else "")
     return (f"<h2>Final library: {_plural(len(run.library), 'lesson')}</h2><p>{esc(run.library_origin)}.</p>"
-            f"{body}")
+            f"{routing}{body}")
 
 
 def _at(step: int | None) -> str:
