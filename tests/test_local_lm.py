@@ -28,7 +28,7 @@ from dspy.lm15 import (
 
 from tfgrpo_dspy.lm import LlamaCppEngine, local_lm, make_lm
 from tfgrpo_dspy.lm import weights as weights_module
-from tfgrpo_dspy.lm.engine import build_chat_payload, parse_chat_response
+from tfgrpo_dspy.lm.engine import COALESCE_WINDOW_S, build_chat_payload, parse_chat_response
 from tfgrpo_dspy.lm.server import ServerRegistry, ServerSettings
 from tfgrpo_dspy.lm.weights import (
     ModelWeightsCorruptError,
@@ -350,7 +350,8 @@ def test_engine_is_shared_by_copies_and_survives_save_and_load():
 def test_local_lm_builds_a_local_model_string_and_settings():
     lm = local_lm("qwen2.5-coder-0.5b", n_parallel=2, n_ctx=2048, max_tokens=300)
     assert lm.model == "local/qwen2.5-coder-0.5b"
-    assert lm.engine.settings == ServerSettings("qwen2.5-coder-0.5b", n_parallel=2, n_ctx=2048, n_threads=2)
+    assert lm.engine.settings == ServerSettings("qwen2.5-coder-0.5b", n_parallel=2, n_ctx=2048, n_threads=2,
+                                                coalesce_window_s=COALESCE_WINDOW_S)
     assert lm.kwargs["max_tokens"] == 300 and lm.kwargs["temperature"] == 0.0
     assert lm.kwargs["stop"] == ["[[ ## completed"]  # the end marker's first words: the same text, sooner
     assert local_lm(stop=None).kwargs.get("stop") is None

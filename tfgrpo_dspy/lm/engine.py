@@ -43,6 +43,9 @@ _REFUSED_FIELDS = ("tool_choice", "reasoning", "logprobs", "service_tier", "user
 # alternate between as many prefixes as lessons. Each slot holds n_ctx tokens of KV cache (the 1.5B model:
 # ~115 MB at 4096).
 GREEDY_PREFIX_SLOTS = 12
+# How long a sampled request waits for partners with the same prompt (`tfgrpo_dspy.lm.coalesce`): the G
+# rollouts of a group are sent from G threads within microseconds of each other; a call takes seconds.
+COALESCE_WINDOW_S = 0.05
 
 
 class LlamaCppEngine:
@@ -58,6 +61,9 @@ class LlamaCppEngine:
     reuses the KV cache of each request's fixed prefix (the system message: instructions, field formats,
     the lesson shown) in a way that stays repeatable, keeping the last `GREEDY_PREFIX_SLOTS` prefixes
     (`tfgrpo_dspy.lm.prefix`); without it every greedy prompt is evaluated whole on a one-slot server.
+    With ``coalesce_samples`` (the default), sampled requests equal but for their seed that arrive together
+    (a group's rollouts, an induction's draws) are sent as one request with n completions, so their prompt
+    is evaluated once (`tfgrpo_dspy.lm.coalesce`).
     """
 
     def __init__(
@@ -69,14 +75,17 @@ class LlamaCppEngine:
         n_threads: int = 2,
         repeatable_greedy: bool = True,
         greedy_prefix_reuse: bool = True,
+        coalesce_samples: bool = True,
         registry: ServerRegistry | None = None,
     ) -> None:
-        self.settings = ServerSettings(model=model, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads)
+        self.settings = ServerSettings(model=model, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads,
+                                       coalesce_window_s=COALESCE_WINDOW_S if coalesce_samples else 0.0)
+        self.coalesce_samples = coalesce_samples
         self.repeatable_greedy = repeatable_greedy
         self.greedy_prefix_reuse = greedy_prefix_reuse
         # No RAM prompt cache on the greedy server: it would swap in a slot state computed by another request.
         self.greedy_settings = replace(self.settings, n_parallel=GREEDY_PREFIX_SLOTS if greedy_prefix_reuse else 1,
-                                       cache_ram_mib=0, repeatable_prefix=greedy_prefix_reuse)
+                                       cache_ram_mib=0, repeatable_prefix=greedy_prefix_reuse, coalesce_window_s=0.0)
         self._registry = registry if registry is not None else default_registry()
 
     def complete(self, request: Request) -> Response:
@@ -125,6 +134,7 @@ class LlamaCppEngine:
             "n_threads": self.settings.n_threads,
             "repeatable_greedy": self.repeatable_greedy,
             "greedy_prefix_reuse": self.greedy_prefix_reuse,
+            "coalesce_samples": self.coalesce_samples,
         }
 
     @classmethod

@@ -30,6 +30,7 @@ def local_lm(
     n_threads: int = 2,
     repeatable_greedy: bool = True,
     greedy_prefix_reuse: bool = True,
+    coalesce_samples: bool = True,
     temperature: float = 0.0,
     max_tokens: int = 1024,
     **lm_kwargs: Any,
@@ -39,14 +40,16 @@ def local_lm(
     The model loads on the first call (joining its weights into the cache the very first time).
     ``n_ctx`` is the context per sequence; ``n_parallel`` sampled sequences decode together. With
     ``repeatable_greedy`` greedy calls are served one at a time without prompt reuse, so they repeat
-    exactly (see `LlamaCppEngine`). Generation stops at DSPy's ChatAdapter end marker unless ``stop=``
+    exactly (see `LlamaCppEngine`); with ``coalesce_samples`` sampled calls with the same prompt sent together
+    share one evaluation of it. Generation stops at DSPy's ChatAdapter end marker unless ``stop=``
     says otherwise.
     """
     if model not in MODELS:
         raise ValueError(f"model must be one of {sorted(MODELS)}, got {model!r}")
     lm_kwargs.setdefault("stop", [CHAT_ADAPTER_STOP])
     engine = LlamaCppEngine(model, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads,
-                            repeatable_greedy=repeatable_greedy, greedy_prefix_reuse=greedy_prefix_reuse)
+                            repeatable_greedy=repeatable_greedy, greedy_prefix_reuse=greedy_prefix_reuse,
+                            coalesce_samples=coalesce_samples)
     return dspy.LM(f"{PROVIDER}/{model}", engine=engine, temperature=temperature, max_tokens=max_tokens, **lm_kwargs)
 
 

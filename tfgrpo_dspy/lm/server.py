@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tfgrpo_dspy.lm.coalesce import SampleCoalescer
 from tfgrpo_dspy.lm.prefix import RepeatablePrefixServer
 from tfgrpo_dspy.lm.weights import ensure_weights, get_weights_spec
 
@@ -41,6 +42,9 @@ class ServerSettings:
     # Serve requests one at a time, reusing their prefixes repeatably in the n_parallel slots
     # (`tfgrpo_dspy.lm.prefix`); needs the RAM prompt cache off.
     repeatable_prefix: bool = False
+    # Hold sampled requests this long for partners equal but for their seed, sent as one request with n
+    # completions (`tfgrpo_dspy.lm.coalesce`); 0 = every request on its own.
+    coalesce_window_s: float = 0.0
 
     def __post_init__(self) -> None:
         get_weights_spec(self.model)
@@ -51,6 +55,11 @@ class ServerSettings:
         if self.cache_ram_mib is not None and (isinstance(self.cache_ram_mib, bool)
                                                or not isinstance(self.cache_ram_mib, int) or self.cache_ram_mib < 0):
             raise ValueError(f"cache_ram_mib must be None or an int >= 0, got {self.cache_ram_mib!r}")
+        if (isinstance(self.coalesce_window_s, bool) or not isinstance(self.coalesce_window_s, (int, float))
+                or self.coalesce_window_s < 0):
+            raise ValueError(f"coalesce_window_s must be a number >= 0, got {self.coalesce_window_s!r}")
+        if self.repeatable_prefix and self.coalesce_window_s:
+            raise ValueError("repeatable_prefix serves requests one at a time: it cannot coalesce them")
         if self.repeatable_prefix and self.cache_ram_mib != 0:
             raise ValueError("repeatable_prefix needs cache_ram_mib=0 (no RAM prompt cache)")
 
@@ -104,6 +113,8 @@ class ServerRegistry:
                 server = self._factory(settings)
                 if settings.repeatable_prefix:  # one wrapper per server: it tracks what the slot holds
                     server = RepeatablePrefixServer(server, slots=settings.n_parallel)
+                elif settings.coalesce_window_s:
+                    server = SampleCoalescer(server, max_n=settings.n_parallel, window_s=settings.coalesce_window_s)
                 with self._lock:
                     self._servers[settings] = server
         return server

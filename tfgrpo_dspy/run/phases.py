@@ -59,10 +59,9 @@ class Phases:
     def sample(self, step: int, library: ExperienceLibrary, indices: Sequence[int]) -> list[GroupOutcome]:
         s = self.ctx.settings
         candidate = with_experiences(self.ctx.program, library, s.predictors, placement=s.placement, top_k=s.top_k)
-        # Rounds of num_threads examples: in a round the examples decode together (one slot each), and each
-        # example's next rollout finds its own prompt still in its slot.
-        blocks = [list(indices[b : b + s.num_threads]) for b in range(0, len(indices), s.num_threads)]
-        jobs = [(i, k) for block in blocks for k in range(s.group_size) for i in block]
+        # A group's rollouts next to each other: sent together, the embedded server evaluates their prompt once
+        # and samples them from it (`tfgrpo_dspy.lm.coalesce`).
+        jobs = [(i, k) for i in indices for k in range(s.group_size)]
 
         def rollout(job: tuple[int, int]) -> Rollout:
             i, k = job
@@ -139,10 +138,13 @@ class Phases:
         s = self.ctx.settings
         sets = induction_sets(failures_of(groups, self.ctx.reference), self.ctx.task_text, s.induction_examples)
         jobs = [(n, k) for n in range(len(sets)) for k in range(s.num_candidates)]
+        # Threads in whole sets of draws: a set's draws start together, so the embedded server evaluates their
+        # prompt once (`tfgrpo_dspy.lm.coalesce`) instead of once per draw in different slots.
+        threads = s.num_candidates * max(1, s.num_threads // s.num_candidates)
         results = self.cached_map(
             step, "inductions", jobs, lambda job: f"set{job[0] + 1:02d}_d{job[1]}",
             lambda job: self._induce_one(sets[job[0]], (step - 1) * s.num_candidates + job[1]), Induction,
-            role="reflection", failed=lambda r: r.error is not None, desc=f"step {step} inductions")
+            role="reflection", failed=lambda r: r.error is not None, desc=f"step {step} inductions", threads=threads)
         return [results[job] for job in jobs]
 
     def _induce_one(self, induction_set: InductionSet, sample: int) -> Induction:
@@ -183,8 +185,10 @@ class Phases:
 
     # -- machinery ----------------------------------------------------------------------------------
     def cached_map(self, step: int, kind: str, keys: list[K], name: Callable[[K], str], work: Callable[[K], R],
-                   record_type: Any, *, role: str, failed: Callable[[R], bool], desc: str) -> dict[K, R]:
-        """Run ``work`` for every key in parallel, reusing records from the log; failed records are redone."""
+                   record_type: Any, *, role: str, failed: Callable[[R], bool], desc: str,
+                   threads: int | None = None) -> dict[K, R]:
+        """Run ``work`` for every key in parallel (``threads``, num_threads by default), reusing records from the
+        log; failed records are redone."""
         ctx = self.ctx
         results: dict[K, R] = {}
         todo = []
@@ -206,7 +210,7 @@ class Phases:
 
         with tqdm.tqdm(total=len(keys), initial=len(keys) - len(todo), desc=desc, disable=not ctx.settings.progress,
                        leave=False) as bar:
-            for key, record in map_in_threads(guarded, todo, ctx.settings.num_threads):
+            for key, record in map_in_threads(guarded, todo, threads or ctx.settings.num_threads):
                 bar.update(1)
                 if record is None:
                     continue

@@ -1,0 +1,219 @@
+"""Can the demo's compile spend less without learning less? (issue 27, Must 5: the demo in 15 minutes)
+
+The demo's compile (`tfgrpo_dspy.demo.demo_optimizer`, tickets train split seed 0: 24 train, 16 selection) spent
+19 minutes on this machine, 6.4 of them on the induction's draws and 8.2 on verifying each candidate. Three
+settings set most of that cost: ``num_candidates`` (draws per induction), ``verify_batch`` (other training tickets a
+candidate is tried on once it fixed one of its own) and ``route_by``: with ``"example"`` a candidate is shown
+only to the training tickets routed to it, so most verification calls repeat a prompt already answered (a cache
+hit), and so do most held-out calls after training. This benchmark compiles with each recipe below, once per
+optimizer seed, and scores every compiled program greedily on development tickets:
+
+    larger    3 draws, verify batch 12, routed by lesson text: the demo's recipe so far (its compiles are
+              verified_lessons.py's: copied, not recomputed)
+    smaller   2 draws, verify batch 6, routed by example
+
+    development   200 tickets of the held-out split, seed 2000: the recipe is chosen on these, never on held-out
+    held-out      the 300 tickets of seed 1000, with ``--held-out``: the chosen recipe's compile seed 0 against
+                  no lesson, reported and never used to choose
+
+The smaller recipe becomes the demo's only if, pooled over the compile seeds (ticket by ticket, paired), it is not
+measurably worse than the larger one on the development tickets. Each comparison: the difference with its paired
+95% interval, won / lost and the exact sign test; "better" or "worse" needs both. Every compile keeps its run log
+and every evaluation each answer (``results/demo_recipe.runs/``): rerunning the command resumes. The compiles'
+minutes are their own run logs' (a call answered by DSPy's cache costs nothing): the demo's own time, from a
+fresh cache, is what README reports.
+
+    python benchmarks/demo_recipe.py                     # results/demo_recipe.{json,md,runs}
+    python benchmarks/demo_recipe.py --held-out          # then the chosen recipe on the held-out tickets
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from verified_lessons import (  # noqa: E402
+    RESULTS,
+    _commit,
+    _records,
+    _summary,
+    compile_lines,
+    compile_record,
+    evaluate,
+    tickets_data,
+    write_report,
+)
+
+from tfgrpo_dspy.demo import demo_optimizer, machine_speed
+from tfgrpo_dspy.kits.tickets.generator import generate_tickets
+from tfgrpo_dspy.kits.tickets.task import TICKETS
+from tfgrpo_dspy.lm import make_lm
+from tfgrpo_dspy.stats import compare_paired
+
+logger = logging.getLogger(__name__)
+
+DEV_SEED, DEV_N = 2000, 200
+HELDOUT_SEED, HELDOUT_N = 1000, 300
+RECIPES = {"larger (3 draws, batch 12, by lesson)": {"num_candidates": 3, "verify_batch": 12, "route_by": "lesson"},
+           "smaller (2 draws, batch 6, by example)": {"num_candidates": 2, "verify_batch": 6, "route_by": "example"}}
+LARGER, SMALLER = RECIPES
+EARLIER = RESULTS / "verified_lessons.runs" / "tickets"  # the larger recipe's compiles and their held-out answers
+EARLIER_DEV = RESULTS / "routed_lessons.runs" / "development"  # compile seed 0's development answers
+
+
+def program_name(recipe: str, seed: int) -> str:
+    return f"{recipe} (compile seed {seed})"
+
+
+def reuse_earlier(store: Path, seeds: int) -> None:
+    """Copy the larger recipe's compiles (verified_lessons.py's, the same recipe and data) and the answers already
+    scored with them, once; a copy that is missing is simply recomputed."""
+    copies = {EARLIER_DEV / "none": store / "development" / "none",
+              EARLIER_DEV / "learned (route_by=lesson)": store / "development" / program_name(LARGER, 0),
+              EARLIER / "eval" / "none": store / "held-out" / "none"}
+    for seed in range(seeds):
+        copies[EARLIER / f"seed{seed}" / "log"] = store / "compiles" / LARGER / f"seed{seed}" / "log"
+    for source, target in copies.items():
+        if not target.exists() and source.exists():
+            shutil.copytree(source, target)
+
+
+def compile_recipe(recipe: str, seed: int, store: Path, trainset: list, selection: list) -> dspy.Module:
+    log_dir = store / "compiles" / recipe / f"seed{seed}" / "log"
+    optimizer = demo_optimizer(TICKETS, TICKETS.make_metric(None), seed, log_dir, **RECIPES[recipe])
+    return optimizer.compile(TICKETS.make_program(), trainset=trainset, valset=selection)
+
+
+def spending(record: dict[str, Any]) -> dict[str, Any]:
+    """Seconds and calls of one compile by phase, from its own run log (its steps, as they ran)."""
+    seconds: dict[str, float] = {}
+    for step in record["steps"]:
+        for phase, value in (step.get("phase_seconds") or {}).items():
+            seconds[phase] = seconds.get(phase, 0.0) + value
+    calls = {phase: record["usage"][role]["calls"] for phase, role in
+             (("rollouts", "policy"), ("reflection", "reflection"), ("verification", "verification"),
+              ("selection", "selection"))}
+    return {"seconds": {phase: round(value) for phase, value in seconds.items()},
+            "minutes": round(sum(seconds.values()) / 60, 1), "calls": calls}
+
+
+def pooled(records: dict[str, list[dict[str, Any]]], base: str, other: str, seeds: int) -> dict[str, Any]:
+    """``other`` against ``base`` over every compile seed at once: each (seed, ticket) is one pair."""
+    a = [row["score"] for seed in range(seeds) for row in records[program_name(base, seed)]]
+    b = [row["score"] for seed in range(seeds) for row in records[program_name(other, seed)]]
+    paired = compare_paired(a, b)
+    return {"base": base, "other": other, "seeds": seeds, **paired.to_dict(), "verdict": paired.verdict()}
+
+
+def score_development(programs: dict[str, dspy.Module], seeds: int, store: Path, lm: dspy.LM) -> dict[str, Any]:
+    metric = TICKETS.make_metric(None)
+    examples = generate_tickets(DEV_N, DEV_SEED, split="heldout")
+    records = _records({name: evaluate(name, program, examples, metric, store / "development", lm, "queue")
+                        for name, program in programs.items()})
+    pairs = [("none", program_name(recipe, seed)) for seed in range(seeds) for recipe in RECIPES]
+    pairs += [(program_name(LARGER, seed), program_name(SMALLER, seed)) for seed in range(seeds)]
+    summary = _summary(records, pairs)
+    return {"set": "development", "description": f"{DEV_N} tickets of the held-out split, seed {DEV_SEED} (chooses "
+            "the recipe)", **summary, "pooled": pooled(records, LARGER, SMALLER, seeds)}
+
+
+def chosen_recipe(development: dict[str, Any]) -> str:
+    """The smaller recipe unless it is measurably worse than the larger one, pooled over the compile seeds."""
+    comparison = development["pooled"]
+    return LARGER if comparison["significant"] and comparison["delta"] < 0 else SMALLER
+
+
+def score_held_out(recipe: str, program: dspy.Module, store: Path, lm: dspy.LM) -> dict[str, Any]:
+    metric = TICKETS.make_metric(None)
+    examples = generate_tickets(HELDOUT_N, HELDOUT_SEED, split="heldout")
+    name = program_name(recipe, 0)
+    reports = {"none": evaluate("none", TICKETS.make_program(), examples, metric, store / "held-out", lm, "queue"),
+               name: evaluate(name, program, examples, metric, store / "held-out", lm, "queue")}
+    return {"set": "held-out", "description": f"{HELDOUT_N} tickets of the held-out split, seed {HELDOUT_SEED} "
+            "(reported, never used to choose)", **_summary(_records(reports), [("none", name)])}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    setup = report["setup"]
+    lines = ["# The demo's compile recipe: fewer draws, a smaller verification batch, routed by example (tickets, "
+             "embedded model)", "",
+             f"Commit {setup['commit']}, {setup['date']}; machine at the start: {setup['speed']}; load average "
+             f"{setup['load_average_at_start']} at the start, {setup.get('load_average_at_end')} at the end. "
+             "Training: tickets train split seed 0 (24 train, 16 selection), the demo's compile with each recipe.", "",
+             "## What each compile spent (its own run log; the larger recipe's ran on earlier days)", "",
+             "| compile | minutes of steps | rollouts | reflection | verification | selection |",
+             "|---|---|---|---|---|---|"]
+    for name, record in report["compiles"].items():
+        spent = record["spending"]
+        cells = [f"{spent['seconds'].get(p, 0) / 60:.1f} min, {spent['calls'][p]} calls"
+                 for p in ("rollouts", "reflection", "verification", "selection")]
+        lines.append(f"| {name} | {spent['minutes']} | " + " | ".join(cells) + " |")
+    for part in report["sets"]:
+        lines += ["", f"## {part['set']}: {part['description']}", "", "| program | accuracy |", "|---|---|"]
+        lines += [f"| {name} | {100 * value:.1f}% |" for name, value in part["accuracy"].items()]
+        lines += ["", "| comparison | Δ [95% CI], won / lost, exact sign test |", "|---|---|"]
+        lines += [f"| {c['other']} vs {c['base']} | {c['verdict']} |" for c in part["comparisons"]]
+        if part.get("pooled"):
+            p = part["pooled"]
+            lines += [f"| {p['other']} vs {p['base']}, pooled over {p['seeds']} compile seeds | {p['verdict']} |", "",
+                      f"Chosen recipe: **{report['chosen']}** (the smaller one unless the pooled comparison says it "
+                      "is worse)."]
+    for name, record in report["compiles"].items():
+        lines += ["", f"## Compile {name}"] + compile_lines(record)[1:]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lm", default="local")
+    parser.add_argument("--stem", default="demo_recipe")
+    parser.add_argument("--compile-seeds", type=int, default=1, metavar="N", help="optimizer seeds 0..N-1 per recipe")
+    parser.add_argument("--held-out", action="store_true",
+                        help="also score the chosen recipe's compile seed 0 on the held-out tickets")
+    args = parser.parse_args(argv)
+    if args.compile_seeds < 1:
+        parser.error("--compile-seeds must be at least 1")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    store = RESULTS / f"{args.stem}.runs"
+    reuse_earlier(store, args.compile_seeds)
+    lm = make_lm(args.lm, max_tokens=512)
+    dspy.configure(lm=lm)
+    speed = machine_speed(lm)
+    setup = {"commit": _commit(), "date": time.strftime("%Y-%m-%d"), "argv": sys.argv[1:],
+             "speed": str(speed) if speed else "not measured (not the embedded model)",
+             "speed_at_start": asdict(speed) if speed else None,
+             "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+    trainset, selection, _ = tickets_data(1)
+    programs: dict[str, dspy.Module] = {"none": TICKETS.make_program()}
+    compiles: dict[str, dict[str, Any]] = {}
+    # Seed by seed, the smaller recipe first: a stopped run has the first pair to compare.
+    for seed in range(args.compile_seeds):
+        for recipe in (SMALLER, LARGER):
+            name = program_name(recipe, seed)
+            programs[name] = compile_recipe(recipe, seed, store, trainset, selection)
+            record = compile_record(programs[name])
+            compiles[name] = {"seed": seed, "recipe": recipe, **record, "spending": spending(record)}
+    development = score_development(programs, args.compile_seeds, store, lm)
+    chosen = chosen_recipe(development)
+    sets = [development]
+    if args.held_out:
+        sets.append(score_held_out(chosen, programs[program_name(chosen, 0)], store, lm))
+    setup["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    return write_report(RESULTS / f"{args.stem}.json",
+                        {"setup": setup, "recipes": RECIPES, "chosen": chosen, "compiles": compiles, "sets": sets},
+                        markdown)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
