@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from verified_lessons import (  # noqa: E402
     RESULTS,
+    TICKETS_RECIPE,
     _commit,
     _records,
     _summary,
@@ -65,7 +66,7 @@ logger = logging.getLogger(__name__)
 
 DEV_SEED, DEV_N = 2000, 200
 HELDOUT_SEED, HELDOUT_N = 1000, 300
-RECIPES = {"larger (3 draws, batch 12, by lesson)": {"num_candidates": 3, "verify_batch": 12, "route_by": "lesson"},
+RECIPES = {"larger (3 draws, batch 12, by lesson)": TICKETS_RECIPE,
            "smaller (2 draws, batch 6, by example)": {"num_candidates": 2, "verify_batch": 6, "route_by": "example"}}
 LARGER, SMALLER = RECIPES
 EARLIER = RESULTS / "verified_lessons.runs" / "tickets"  # the larger recipe's compiles and their held-out answers

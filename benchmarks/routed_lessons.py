@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lesson_routing import shift_constant  # noqa: E402
 from verified_lessons import (  # noqa: E402
     RESULTS,
+    TICKETS_RECIPE,
     _commit,
     _records,
     _summary,
@@ -77,7 +78,8 @@ def reuse_earlier(store: Path) -> None:
 
 
 def compile_tickets(route_by: str, log_dir: Path, trainset: list, selection: list) -> dspy.Module:
-    optimizer = demo_optimizer(TICKETS, TICKETS.make_metric(None), 0, log_dir, route_by=route_by)
+    settings = {**TICKETS_RECIPE, "route_by": route_by}
+    optimizer = demo_optimizer(TICKETS, TICKETS.make_metric(None), 0, log_dir, **settings)
     return optimizer.compile(TICKETS.make_program(), trainset=trainset, valset=selection)
 
 

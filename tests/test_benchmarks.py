@@ -757,3 +757,34 @@ def test_routed_lessons_compares_both_routings_on_the_development_and_held_out_t
     assert "## held-out: 5 tickets" in (tmp_path / "rl.md").read_text()
     calls = len(lm.engine.calls)  # a rerun loads both compiles and every saved answer: no call
     assert bench.main(["--stem", "rl"]) == 0 and len(lm.engine.calls) == calls
+
+
+def test_demo_recipe_compiles_both_recipes_and_chooses_on_development_tickets_only(monkeypatch, tmp_path):
+    bench = load_script("demo_recipe")
+    lm = scripted_lm(ticket_router)
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench, "EARLIER", tmp_path / "no earlier run")
+    monkeypatch.setattr(bench, "EARLIER_DEV", tmp_path / "no earlier run")
+    monkeypatch.setattr(bench, "DEV_N", 4)
+    monkeypatch.setattr(bench, "HELDOUT_N", 5)
+    monkeypatch.setattr(bench, "make_lm", lambda spec, **kwargs: lm)
+    assert bench.main(["--stem", "dr", "--compile-seeds", "2", "--held-out"]) == 0
+    report = json.loads((tmp_path / "dr.json").read_text())
+    assert set(report["compiles"]) == {bench.program_name(r, s) for r in bench.RECIPES for s in (0, 1)}
+    for record in report["compiles"].values():
+        manifest = json.loads((tmp_path / "dr.runs" / "compiles" / record["recipe"] / f"seed{record['seed']}" / "log"
+                               / "manifest.json").read_text())
+        assert {k: manifest["settings"][k] for k in bench.RECIPES[record["recipe"]]} == bench.RECIPES[record["recipe"]]
+        assert set(record["spending"]["calls"]) == {"rollouts", "reflection", "verification", "selection"}
+    development, held_out = report["sets"]
+    assert development["pooled"]["n"] == 8  # two compile seeds x four development tickets, paired
+    assert report["chosen"] == bench.chosen_recipe(development) in bench.RECIPES
+    # The held-out tickets score only the chosen recipe's first compile against no lesson: nothing is chosen there.
+    assert set(held_out["accuracy"]) == {"none", bench.program_name(report["chosen"], 0)}
+    assert all(len(rows) == 5 for rows in held_out["per_problem"].values())
+    worse = {"pooled": {"significant": True, "delta": -0.1}}
+    assert bench.chosen_recipe(worse) == bench.LARGER and bench.chosen_recipe(
+        {"pooled": {"significant": False, "delta": -0.1}}) == bench.SMALLER
+    assert "Chosen recipe" in (tmp_path / "dr.md").read_text()
+    calls = len(lm.engine.calls)  # a rerun loads every compile and every saved answer: no call
+    assert bench.main(["--stem", "dr", "--compile-seeds", "2", "--held-out"]) == 0 and len(lm.engine.calls) == calls
