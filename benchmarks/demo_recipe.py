@@ -8,23 +8,25 @@ only to the training tickets routed to it, so most verification calls repeat a p
 hit), and so do most held-out calls after training. This benchmark compiles with each recipe below, once per
 optimizer seed, and scores every compiled program greedily on development tickets:
 
-    larger    3 draws, verify batch 12, routed by lesson text: the demo's recipe so far (its compiles are
-              verified_lessons.py's: copied, not recomputed)
+    larger    3 draws, verify batch 12, routed by lesson text: the demo's recipe until 2026-12-03 (its compiles
+              are verified_lessons.py's and routed_lessons.py's: copied, not recomputed)
+    routed    the same, routed by example (compile seed 0 is routed_lessons.py's)
     smaller   2 draws, verify batch 6, routed by example
 
     development   200 tickets of the held-out split, seed 2000: the recipe is chosen on these, never on held-out
-    held-out      the 300 tickets of seed 1000, with ``--held-out``: the chosen recipe's compile seed 0 against
-                  no lesson, reported and never used to choose
+    held-out      the 300 tickets of seed 1000, with ``--held-out``: each recipe's compile seed 0 against no
+                  lesson, reported and never used to choose
 
-The smaller recipe becomes the demo's only if, pooled over the compile seeds (ticket by ticket, paired), it is not
-measurably worse than the larger one on the development tickets. Each comparison: the difference with its paired
-95% interval, won / lost and the exact sign test; "better" or "worse" needs both. Every compile keeps its run log
-and every evaluation each answer (``results/demo_recipe.runs/``): rerunning the command resumes. The compiles'
-minutes are their own run logs' (a call answered by DSPy's cache costs nothing): the demo's own time, from a
+A cheaper recipe may replace the larger one only if, pooled over the compile seeds (ticket by ticket, paired), it is
+not measurably worse on the development tickets; of those, the demo takes the first in order of preference (routed,
+then smaller: the fewest settings changed) whose demo fits in 15 minutes, which the demo's own timing decides.
+Each comparison: the difference with its paired 95% interval, won / lost and the exact sign test; "better" or
+"worse" needs both. Every compile keeps its run log and every evaluation each answer
+(``results/demo_recipe.runs/``): rerunning the command resumes. The compiles' minutes are their own run logs' (a
+call answered by DSPy's cache costs nothing, and the recipes share rollouts by seed): the demo's own time, from a
 fresh cache, is what README reports.
 
-    python benchmarks/demo_recipe.py                     # results/demo_recipe.{json,md,runs}
-    python benchmarks/demo_recipe.py --held-out          # then the chosen recipe on the held-out tickets
+    python benchmarks/demo_recipe.py --compile-seeds 2 --held-out     # results/demo_recipe.{json,md,runs}
 """
 
 from __future__ import annotations
@@ -66,11 +68,14 @@ logger = logging.getLogger(__name__)
 
 DEV_SEED, DEV_N = 2000, 200
 HELDOUT_SEED, HELDOUT_N = 1000, 300
-RECIPES = {"larger (3 draws, batch 12, by lesson)": TICKETS_RECIPE,
-           "smaller (2 draws, batch 6, by example)": {"num_candidates": 2, "verify_batch": 6, "route_by": "example"}}
-LARGER, SMALLER = RECIPES
+LARGER = "larger (3 draws, batch 12, by lesson)"
+ROUTED = "routed (3 draws, batch 12, by example)"
+SMALLER = "smaller (2 draws, batch 6, by example)"
+RECIPES = {LARGER: TICKETS_RECIPE, ROUTED: {**TICKETS_RECIPE, "route_by": "example"},
+           SMALLER: {"num_candidates": 2, "verify_batch": 6, "route_by": "example"}}
+CHEAPER = (ROUTED, SMALLER)  # in order of preference: the fewest settings changed first
 EARLIER = RESULTS / "verified_lessons.runs" / "tickets"  # the larger recipe's compiles and their held-out answers
-EARLIER_DEV = RESULTS / "routed_lessons.runs" / "development"  # compile seed 0's development answers
+ROUTED_RUNS = RESULTS / "routed_lessons.runs"  # compile seed 0 of the larger and routed recipes, and their answers
 
 
 def program_name(recipe: str, seed: int) -> str:
@@ -78,11 +83,16 @@ def program_name(recipe: str, seed: int) -> str:
 
 
 def reuse_earlier(store: Path, seeds: int) -> None:
-    """Copy the larger recipe's compiles (verified_lessons.py's, the same recipe and data) and the answers already
-    scored with them, once; a copy that is missing is simply recomputed."""
-    copies = {EARLIER_DEV / "none": store / "development" / "none",
-              EARLIER_DEV / "learned (route_by=lesson)": store / "development" / program_name(LARGER, 0),
-              EARLIER / "eval" / "none": store / "held-out" / "none"}
+    """Copy the compiles verified_lessons.py and routed_lessons.py ran with the same recipe and data, and the
+    answers already scored with them, once; a copy that is missing is simply recomputed."""
+    development = ROUTED_RUNS / "development"
+    copies = {development / "none": store / "development" / "none",
+              development / "learned (route_by=lesson)": store / "development" / program_name(LARGER, 0),
+              development / "learned (route_by=example)": store / "development" / program_name(ROUTED, 0),
+              EARLIER / "eval" / "none": store / "held-out" / "none",
+              EARLIER / "eval" / "learned (compile seed 0)": store / "held-out" / program_name(LARGER, 0),
+              ROUTED_RUNS / "held-out" / "learned (route_by=example)": store / "held-out" / program_name(ROUTED, 0),
+              ROUTED_RUNS / "example" / "log": store / "compiles" / ROUTED / "seed0" / "log"}
     for seed in range(seeds):
         copies[EARLIER / f"seed{seed}" / "log"] = store / "compiles" / LARGER / f"seed{seed}" / "log"
     for source, target in copies.items():
@@ -123,26 +133,30 @@ def score_development(programs: dict[str, dspy.Module], seeds: int, store: Path,
     records = _records({name: evaluate(name, program, examples, metric, store / "development", lm, "queue")
                         for name, program in programs.items()})
     pairs = [("none", program_name(recipe, seed)) for seed in range(seeds) for recipe in RECIPES]
-    pairs += [(program_name(LARGER, seed), program_name(SMALLER, seed)) for seed in range(seeds)]
+    pairs += [(program_name(LARGER, seed), program_name(recipe, seed)) for seed in range(seeds) for recipe in CHEAPER]
     summary = _summary(records, pairs)
     return {"set": "development", "description": f"{DEV_N} tickets of the held-out split, seed {DEV_SEED} (chooses "
-            "the recipe)", **summary, "pooled": pooled(records, LARGER, SMALLER, seeds)}
+            "the recipe)", **summary, "pooled": [pooled(records, LARGER, recipe, seeds) for recipe in CHEAPER]}
 
 
-def chosen_recipe(development: dict[str, Any]) -> str:
-    """The smaller recipe unless it is measurably worse than the larger one, pooled over the compile seeds."""
-    comparison = development["pooled"]
-    return LARGER if comparison["significant"] and comparison["delta"] < 0 else SMALLER
+def not_worse(development: dict[str, Any]) -> list[str]:
+    """The cheaper recipes, in order of preference, that are not measurably worse than the larger one on the
+    development tickets, pooled over the compile seeds."""
+    worse = {c["other"] for c in development["pooled"] if c["significant"] and c["delta"] < 0}
+    return [recipe for recipe in CHEAPER if recipe not in worse]
 
 
-def score_held_out(recipe: str, program: dspy.Module, store: Path, lm: dspy.LM) -> dict[str, Any]:
+def score_held_out(programs: dict[str, dspy.Module], store: Path, lm: dspy.LM) -> dict[str, Any]:
+    """Each recipe's compile seed 0 and no lesson on the held-out tickets: reported, never used to choose."""
     metric = TICKETS.make_metric(None)
     examples = generate_tickets(HELDOUT_N, HELDOUT_SEED, split="heldout")
-    name = program_name(recipe, 0)
-    reports = {"none": evaluate("none", TICKETS.make_program(), examples, metric, store / "held-out", lm, "queue"),
-               name: evaluate(name, program, examples, metric, store / "held-out", lm, "queue")}
+    names = [program_name(recipe, 0) for recipe in RECIPES]
+    reports = {"none": evaluate("none", TICKETS.make_program(), examples, metric, store / "held-out", lm, "queue")}
+    reports.update({name: evaluate(name, programs[name], examples, metric, store / "held-out", lm, "queue")
+                    for name in names})
+    pairs = [("none", name) for name in names] + [(names[0], name) for name in names[1:]]
     return {"set": "held-out", "description": f"{HELDOUT_N} tickets of the held-out split, seed {HELDOUT_SEED} "
-            "(reported, never used to choose)", **_summary(_records(reports), [("none", name)])}
+            "(reported, never used to choose)", **_summary(_records(reports), pairs)}
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -165,11 +179,11 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [f"| {name} | {100 * value:.1f}% |" for name, value in part["accuracy"].items()]
         lines += ["", "| comparison | Δ [95% CI], won / lost, exact sign test |", "|---|---|"]
         lines += [f"| {c['other']} vs {c['base']} | {c['verdict']} |" for c in part["comparisons"]]
+        for p in part.get("pooled", []):
+            lines.append(f"| {p['other']} vs {p['base']}, pooled over {p['seeds']} compile seeds | {p['verdict']} |")
         if part.get("pooled"):
-            p = part["pooled"]
-            lines += [f"| {p['other']} vs {p['base']}, pooled over {p['seeds']} compile seeds | {p['verdict']} |", "",
-                      f"Chosen recipe: **{report['chosen']}** (the smaller one unless the pooled comparison says it "
-                      "is worse)."]
+            lines += ["", "Not measurably worse than the larger recipe, in order of preference (fewest settings "
+                      "changed first): " + (", ".join(f"**{r}**" for r in report["not_worse"]) or "none") + "."]
     for name, record in report["compiles"].items():
         lines += ["", f"## Compile {name}"] + compile_lines(record)[1:]
     return "\n".join(lines) + "\n"
@@ -181,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stem", default="demo_recipe")
     parser.add_argument("--compile-seeds", type=int, default=1, metavar="N", help="optimizer seeds 0..N-1 per recipe")
     parser.add_argument("--held-out", action="store_true",
-                        help="also score the chosen recipe's compile seed 0 on the held-out tickets")
+                        help="also score each recipe's compile seed 0 on the held-out tickets (reported only)")
     args = parser.parse_args(argv)
     if args.compile_seeds < 1:
         parser.error("--compile-seeds must be at least 1")
@@ -200,19 +214,19 @@ def main(argv: list[str] | None = None) -> int:
     compiles: dict[str, dict[str, Any]] = {}
     # Seed by seed, the smaller recipe first: a stopped run has the first pair to compare.
     for seed in range(args.compile_seeds):
-        for recipe in (SMALLER, LARGER):
+        for recipe in (SMALLER, ROUTED, LARGER):
             name = program_name(recipe, seed)
             programs[name] = compile_recipe(recipe, seed, store, trainset, selection)
             record = compile_record(programs[name])
             compiles[name] = {"seed": seed, "recipe": recipe, **record, "spending": spending(record)}
     development = score_development(programs, args.compile_seeds, store, lm)
-    chosen = chosen_recipe(development)
     sets = [development]
     if args.held_out:
-        sets.append(score_held_out(chosen, programs[program_name(chosen, 0)], store, lm))
+        sets.append(score_held_out(programs, store, lm))
     setup["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     return write_report(RESULTS / f"{args.stem}.json",
-                        {"setup": setup, "recipes": RECIPES, "chosen": chosen, "compiles": compiles, "sets": sets},
+                        {"setup": setup, "recipes": RECIPES, "not_worse": not_worse(development), "compiles": compiles,
+                         "sets": sets},
                         markdown)
 
 

@@ -759,12 +759,12 @@ def test_routed_lessons_compares_both_routings_on_the_development_and_held_out_t
     assert bench.main(["--stem", "rl"]) == 0 and len(lm.engine.calls) == calls
 
 
-def test_demo_recipe_compiles_both_recipes_and_chooses_on_development_tickets_only(monkeypatch, tmp_path):
+def test_demo_recipe_compiles_every_recipe_and_judges_them_on_development_tickets_only(monkeypatch, tmp_path):
     bench = load_script("demo_recipe")
     lm = scripted_lm(ticket_router)
     monkeypatch.setattr(bench, "RESULTS", tmp_path)
     monkeypatch.setattr(bench, "EARLIER", tmp_path / "no earlier run")
-    monkeypatch.setattr(bench, "EARLIER_DEV", tmp_path / "no earlier run")
+    monkeypatch.setattr(bench, "ROUTED_RUNS", tmp_path / "no earlier run")
     monkeypatch.setattr(bench, "DEV_N", 4)
     monkeypatch.setattr(bench, "HELDOUT_N", 5)
     monkeypatch.setattr(bench, "make_lm", lambda spec, **kwargs: lm)
@@ -777,14 +777,14 @@ def test_demo_recipe_compiles_both_recipes_and_chooses_on_development_tickets_on
         assert {k: manifest["settings"][k] for k in bench.RECIPES[record["recipe"]]} == bench.RECIPES[record["recipe"]]
         assert set(record["spending"]["calls"]) == {"rollouts", "reflection", "verification", "selection"}
     development, held_out = report["sets"]
-    assert development["pooled"]["n"] == 8  # two compile seeds x four development tickets, paired
-    assert report["chosen"] == bench.chosen_recipe(development) in bench.RECIPES
-    # The held-out tickets score only the chosen recipe's first compile against no lesson: nothing is chosen there.
-    assert set(held_out["accuracy"]) == {"none", bench.program_name(report["chosen"], 0)}
+    assert [(p["other"], p["n"]) for p in development["pooled"]] == [(r, 8) for r in bench.CHEAPER]  # 2 seeds x 4
+    assert report["not_worse"] == bench.not_worse(development)
+    # The held-out tickets score each recipe's first compile against no lesson, for the record only.
+    assert set(held_out["accuracy"]) == {"none", *(bench.program_name(r, 0) for r in bench.RECIPES)}
     assert all(len(rows) == 5 for rows in held_out["per_problem"].values())
-    worse = {"pooled": {"significant": True, "delta": -0.1}}
-    assert bench.chosen_recipe(worse) == bench.LARGER and bench.chosen_recipe(
-        {"pooled": {"significant": False, "delta": -0.1}}) == bench.SMALLER
-    assert "Chosen recipe" in (tmp_path / "dr.md").read_text()
+    routed_worse = {"pooled": [{"other": bench.ROUTED, "significant": True, "delta": -0.1},
+                               {"other": bench.SMALLER, "significant": False, "delta": -0.1}]}
+    assert bench.not_worse(routed_worse) == [bench.SMALLER]
+    assert "Not measurably worse than the larger recipe" in (tmp_path / "dr.md").read_text()
     calls = len(lm.engine.calls)  # a rerun loads every compile and every saved answer: no call
     assert bench.main(["--stem", "dr", "--compile-seeds", "2", "--held-out"]) == 0 and len(lm.engine.calls) == calls
