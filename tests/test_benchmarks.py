@@ -788,3 +788,29 @@ def test_demo_recipe_compiles_every_recipe_and_judges_them_on_development_ticket
     assert "Not measurably worse than the larger recipe" in (tmp_path / "dr.md").read_text()
     calls = len(lm.engine.calls)  # a rerun loads every compile and every saved answer: no call
     assert bench.main(["--stem", "dr", "--compile-seeds", "2", "--held-out"]) == 0 and len(lm.engine.calls) == calls
+
+
+def test_sample_coalescing_times_both_workloads_in_both_settings(monkeypatch, tmp_path):
+    bench = load_script("sample_coalescing")
+    made = {}
+
+    def fake_make_lm(spec, *, coalesce_samples, **kwargs):
+        made[coalesce_samples] = scripted_lm(ticket_router)
+        return made[coalesce_samples]
+
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench, "make_lm", fake_make_lm)
+    monkeypatch.setattr(bench, "machine_speed", lambda lm: None)
+    assert bench.main(["--stem", "sc", "--rounds", "2"]) == 0
+    report = json.loads((tmp_path / "sc.json").read_text())
+    before, after = bench.SETTINGS
+    assert [r["workload"] for r in report["rows"]] == ["rollouts", "induction draws"]
+    assert report["rows"][0]["calls"] == 24 * bench.GROUP_SIZE
+    assert report["rows"][1]["calls"] == report["induction_sets"] * bench.DRAWS
+    assert all(len(r[before]) == len(r[after]) == 2 for r in report["rows"])
+    # Every call reached each LM (DSPy's cache is off): the load call, then two rounds of both workloads.
+    for lm in made.values():
+        kinds = [c.kind for c in lm.engine.calls]
+        assert kinds.count("induce") == 2 * report["rows"][1]["calls"]
+        assert sum(k == "policy" for k in kinds) == 1 + 2 * report["rows"][0]["calls"]
+    assert "speed-up" in (tmp_path / "sc.md").read_text()
