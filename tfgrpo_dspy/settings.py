@@ -136,7 +136,7 @@ class TrainingFreeGRPOSettings:
             raise ValueError(f"route_by must be one of {ROUTE_BY}, got {self.route_by!r}")
         if self.route_by == "example" and not (self.verify and self.ground_truth):
             raise ValueError("route_by='example' routes each lesson to the training examples it was verified on: "
-                             "it needs verify=True and ground_truth=True")
+                             "it needs verify=True and ground_truth=True; otherwise use route_by='lesson'")
         if not 0 <= self.temperature <= 2:
             raise ValueError(f"temperature must be in [0, 2], got {self.temperature!r}")
         if not 0 <= self.val_fraction < 1:

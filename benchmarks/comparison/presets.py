@@ -12,9 +12,10 @@ TASKS = ("wordproblems", "gsm8k", "tickets")
 READS_FROM = {"tfgrpo_on_bootstrap": "bootstrap", "direct_tips": "tfgrpo_paper"}
 # The paper's recipe: no selection, no gate, the whole trainset as one batch, every lesson shown, the
 # per-group reflection on mixed groups only, and the batch update deciding the edits (no induction, no
-# verification).
+# verification), so lessons are retrieved by their words, not routed by the examples they were verified on.
 PAPER_RECIPE: dict[str, Any] = {"val_fraction": 0, "gate": False, "batch_size": None, "top_k": None,
-                                "extraction": True, "failed_groups": False, "induction": False, "verify": False}
+                                "extraction": True, "failed_groups": False, "induction": False, "verify": False,
+                                "route_by": "lesson"}
 CHARS_PER_TOKEN = 4  # the same rule as ExperienceLibrary.approx_tokens
 LABELED_K = 16  # dspy.LabeledFewShot's own default k
 

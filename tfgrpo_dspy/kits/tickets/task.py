@@ -20,8 +20,13 @@ DEFAULT_EVAL_N = 100  # every house rule ten times
 # training seed 0 on 2026-12-02: 9 and 7 mixed groups, none), while the induction over failures that share
 # their queue found every lesson that was kept. At 32 words, 12 of 18 induced rules were dropped as too long
 # even after a shortening call (dev seed 11), so a ticket rule may have 48.
+# Lessons are routed by the training tickets they were verified on (route_by="example"): on 200 development
+# tickets (seed 2000), pooled over two compiles, not measurably different from routing by the lessons' words
+# (-0.5 points [-5.2, +4.2], 44 won / 46 lost; benchmarks/results/demo_recipe.md), and far cheaper: a candidate
+# is re-run only on the tickets routed to it, and a call no lesson reaches repeats an answered prompt, which
+# brings the demo within 15 minutes.
 TRAIN_DEFAULTS = {"group_size": 4, "epochs": 1, "temperature": 0.7, "num_threads": 4,
-                  "reference_fields": ("queue",), "extraction": False, "max_words": 48}
+                  "reference_fields": ("queue",), "extraction": False, "max_words": 48, "route_by": "example"}
 # Greedy evaluation: routing has one right answer, and greedy makes with/without-library runs comparable.
 EVAL_DEFAULTS = {"k": 1, "temperature": 0.0}
 
