@@ -3,15 +3,16 @@
 The embedded engine sends sampled requests equal but for their seed that arrive together as one llama.cpp
 request with n completions (`tfgrpo_dspy.lm.coalesce`, ``coalesce_samples=True``, the default since
 2026-12-03). Two workloads of the tickets demo, each run with the engine as it was (``coalesce_samples=False``:
-every request on its own, in its own slot) and as it is, side by side in one run, with the machine's rates at
-the start:
+every request on its own, in its own slot, in the order the optimizer sent them then) and as it is (coalesced, in
+the order the optimizer sends them now), side by side in one run, with the machine's rates at the start:
 
     rollouts          the demo's 24 training tickets (train split, seed 0), 4 rollouts each at temperature 0.7
-                      through the ticket program, from 4 threads, a group's rollouts next to each other (as the
-                      optimizer sends them)
+                      through the ticket program, from 4 threads. As it was: rounds of 4 tickets, each round
+                      sampling every ticket once before the next sample (a ticket's next rollout found its prompt
+                      in its slot); as it is: a group's 4 rollouts sent together
     induction draws   sets of 3 training tickets that share their queue, shown as the induction shows them
-                      (`format_failures`), 3 draws each of the induction Signature at temperature 0.9 from 3
-                      threads (as the optimizer sends them)
+                      (`format_failures`), 3 draws each of the induction Signature at temperature 0.9, a set's
+                      draws next to each other. As it was: from 4 threads; as it is: from 3 (whole sets)
 
 DSPy's cache is off, so every call reaches the model. Rounds alternate the two settings (as it was, then as it is)
 so that drift in the machine's speed falls on both; each has its own server, loaded before the first round.
@@ -62,9 +63,13 @@ def induction_texts(trainset: list, size: int = 3, most: int = 7) -> list[str]:
     return [format_failures(s, lambda i: trainset[i].inputs().toDict()) for s in sets[:most]]
 
 
-def rollouts(lm: dspy.LM, trainset: list, round_: int) -> int:
+def rollouts(lm: dspy.LM, trainset: list, round_: int, coalesced: bool) -> int:
     program = TICKETS.make_program()
-    jobs = [(i, k) for i in range(len(trainset)) for k in range(GROUP_SIZE)]
+    if coalesced:
+        jobs = [(i, k) for i in range(len(trainset)) for k in range(GROUP_SIZE)]
+    else:
+        blocks = [range(b, min(b + THREADS, len(trainset))) for b in range(0, len(trainset), THREADS)]
+        jobs = [(i, k) for block in blocks for k in range(GROUP_SIZE) for i in block]
 
     def one(job: tuple[int, int]) -> None:
         i, k = job
@@ -77,7 +82,7 @@ def rollouts(lm: dspy.LM, trainset: list, round_: int) -> int:
     return len(jobs)
 
 
-def induction_draws(lm: dspy.LM, texts: list[str], round_: int) -> int:
+def induction_draws(lm: dspy.LM, texts: list[str], round_: int, coalesced: bool) -> int:
     reflector = Reflector(lm, max_tokens=768)
     jobs = [(n, k) for n in range(len(texts)) for k in range(DRAWS)]
 
@@ -87,7 +92,7 @@ def induction_draws(lm: dspy.LM, texts: list[str], round_: int) -> int:
         if raw is None:
             logger.info("an induction draw gave no lesson: %s", error)
 
-    with ThreadPoolExecutor(DRAWS * max(1, THREADS // DRAWS)) as pool:
+    with ThreadPoolExecutor(DRAWS * max(1, THREADS // DRAWS) if coalesced else THREADS) as pool:
         list(pool.map(one, jobs))
     return len(jobs)
 
@@ -110,15 +115,15 @@ def main(argv: list[str] | None = None) -> int:
     setup = {"commit": _commit(), "date": time.strftime("%Y-%m-%d"), "speed": str(speed) if speed else None,
              "speed_at_start": asdict(speed) if speed else None,
              "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
-    workloads = {"rollouts": lambda lm, r: rollouts(lm, trainset, r),
-                 "induction draws": lambda lm, r: induction_draws(lm, texts, r)}
+    workloads = {"rollouts": lambda lm, r, coalesced: rollouts(lm, trainset, r, coalesced),
+                 "induction draws": lambda lm, r, coalesced: induction_draws(lm, texts, r, coalesced)}
     seconds: dict[str, dict[str, list[float]]] = {w: {s: [] for s in SETTINGS} for w in workloads}
     calls: dict[str, int] = {}
     for round_ in range(args.rounds):
         for workload, run in workloads.items():
             for name, lm in lms.items():
                 started = time.perf_counter()
-                calls[workload] = run(lm, round_)
+                calls[workload] = run(lm, round_, SETTINGS[name])
                 seconds[workload][name].append(round(time.perf_counter() - started, 3))
                 logger.info("%s, %s, round %d: %.1f s", workload, name, round_ + 1, seconds[workload][name][-1])
     setup["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
