@@ -12,7 +12,7 @@ the order the optimizer sends them now), side by side in one run, with the machi
                       in its slot); as it is: a group's 4 rollouts sent together
     induction draws   sets of 3 training tickets that share their queue, shown as the induction shows them
                       (`format_failures`), 3 draws each of the induction Signature at temperature 0.9, a set's
-                      draws next to each other. As it was: from 4 threads; as it is: from 3 (whole sets)
+                      draws next to each other, from 4 threads (so a set's draws start together only partly)
 
 DSPy's cache is off, so every call reaches the model. Rounds alternate the two settings (as it was, then as it is)
 so that drift in the machine's speed falls on both; each has its own server, loaded before the first round.
@@ -82,7 +82,7 @@ def rollouts(lm: dspy.LM, trainset: list, round_: int, coalesced: bool) -> int:
     return len(jobs)
 
 
-def induction_draws(lm: dspy.LM, texts: list[str], round_: int, coalesced: bool) -> int:
+def induction_draws(lm: dspy.LM, texts: list[str], round_: int) -> int:
     reflector = Reflector(lm, max_tokens=768)
     jobs = [(n, k) for n in range(len(texts)) for k in range(DRAWS)]
 
@@ -92,7 +92,7 @@ def induction_draws(lm: dspy.LM, texts: list[str], round_: int, coalesced: bool)
         if raw is None:
             logger.info("an induction draw gave no lesson: %s", error)
 
-    with ThreadPoolExecutor(DRAWS * max(1, THREADS // DRAWS) if coalesced else THREADS) as pool:
+    with ThreadPoolExecutor(THREADS) as pool:
         list(pool.map(one, jobs))
     return len(jobs)
 
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
              "speed_at_start": asdict(speed) if speed else None,
              "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
     workloads = {"rollouts": lambda lm, r, coalesced: rollouts(lm, trainset, r, coalesced),
-                 "induction draws": lambda lm, r, coalesced: induction_draws(lm, texts, r, coalesced)}
+                 "induction draws": lambda lm, r, coalesced: induction_draws(lm, texts, r)}
     seconds: dict[str, dict[str, list[float]]] = {w: {s: [] for s in SETTINGS} for w in workloads}
     calls: dict[str, int] = {}
     for round_ in range(args.rounds):

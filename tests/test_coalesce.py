@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import dspy
@@ -138,38 +137,3 @@ def test_a_compile_sends_each_group_as_one_request_on_the_embedded_engine(tmp_pa
     assert apart.settings.coalesce_window_s == 0 and LlamaCppEngine.load_state(apart.dump_state()).coalesce_samples \
         is False
 
-
-class InductionServer(NServer):
-    """Answers rollouts with a wrong queue and induction draws with a rule, every choice the same."""
-
-    def __init__(self):
-        super().__init__(answer=self.reply)
-
-    @staticmethod
-    def reply(request: dict) -> dict:
-        system = request["messages"][0]["content"]
-        if "[[ ## failures ## ]]" in system:
-            time.sleep(0.3)  # a draw takes a while: a request that leaves alone is not joined by late partners
-        content = ("[[ ## condition ## ]]\na refund is asked for\n\n[[ ## action ## ]]\nanswer refunds\n\n"
-                   "[[ ## completed ## ]]" if "[[ ## failures ## ]]" in system
-                   else "[[ ## queue ## ]]\nbilling\n\n[[ ## completed ## ]]")
-        return {"choices": [{"index": i, "finish_reason": "stop", "message": {"content": content}}
-                            for i in range(request.get("n", 1))], "usage": dict(USAGE)}
-
-
-def test_an_inductions_draws_are_sent_as_one_request(tmp_path):
-    """The draws of one induction set start together (threads in whole sets of draws), so the sampled server gets
-    one request with n = num_candidates for them."""
-    servers: dict[ServerSettings, InductionServer] = {}
-    engine = LlamaCppEngine(registry=ServerRegistry(factory=lambda s: servers.setdefault(s, InductionServer())))
-    lm = dspy.LM("local/qwen2.5-coder-1.5b", engine=engine, temperature=0.0, cache=False)
-    trainset = [dspy.Example(ticket=f"please refund order {i}", queue="refunds").with_inputs("ticket")
-                for i in range(8)]  # two induction sets of four
-    optimizer = TrainingFreeGRPO(metric=lambda e, p, trace=None: float(p.queue == e.queue), group_size=2,
-                                 num_threads=4, epochs=1, extraction=False, num_candidates=3, verify=False,
-                                 log_dir=str(tmp_path / "log"), progress=False)
-    with dspy.context(lm=lm):
-        optimizer.compile(dspy.Predict("ticket -> queue"), trainset=trainset)
-    draws = [r for r in servers[engine.settings].requests if "[[ ## failures ## ]]" in r["messages"][0]["content"]]
-    # From 4 threads, the second set's first draw would leave with the first set's and its others after.
-    assert [r.get("n", 1) for r in draws] == [3, 3]

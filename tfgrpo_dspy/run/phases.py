@@ -137,14 +137,14 @@ class Phases:
         """Sets of failed examples, each sampled num_candidates times (a new draw per step and candidate)."""
         s = self.ctx.settings
         sets = induction_sets(failures_of(groups, self.ctx.reference), self.ctx.task_text, s.induction_examples)
+        # A set's draws next to each other: those that start together share one evaluation of their prompt on the
+        # embedded server (`tfgrpo_dspy.lm.coalesce`). Threads are not cut to whole sets: measured, the draws
+        # gained nothing from it (benchmarks/results/sample_coalescing.md), decoding 3 at a time instead of 4.
         jobs = [(n, k) for n in range(len(sets)) for k in range(s.num_candidates)]
-        # Threads in whole sets of draws: a set's draws start together, so the embedded server evaluates their
-        # prompt once (`tfgrpo_dspy.lm.coalesce`) instead of once per draw in different slots.
-        threads = s.num_candidates * max(1, s.num_threads // s.num_candidates)
         results = self.cached_map(
             step, "inductions", jobs, lambda job: f"set{job[0] + 1:02d}_d{job[1]}",
             lambda job: self._induce_one(sets[job[0]], (step - 1) * s.num_candidates + job[1]), Induction,
-            role="reflection", failed=lambda r: r.error is not None, desc=f"step {step} inductions", threads=threads)
+            role="reflection", failed=lambda r: r.error is not None, desc=f"step {step} inductions")
         return [results[job] for job in jobs]
 
     def _induce_one(self, induction_set: InductionSet, sample: int) -> Induction:
@@ -185,10 +185,8 @@ class Phases:
 
     # -- machinery ----------------------------------------------------------------------------------
     def cached_map(self, step: int, kind: str, keys: list[K], name: Callable[[K], str], work: Callable[[K], R],
-                   record_type: Any, *, role: str, failed: Callable[[R], bool], desc: str,
-                   threads: int | None = None) -> dict[K, R]:
-        """Run ``work`` for every key in parallel (``threads``, num_threads by default), reusing records from the
-        log; failed records are redone."""
+                   record_type: Any, *, role: str, failed: Callable[[R], bool], desc: str) -> dict[K, R]:
+        """Run ``work`` for every key in parallel, reusing records from the log; failed records are redone."""
         ctx = self.ctx
         results: dict[K, R] = {}
         todo = []
@@ -210,7 +208,7 @@ class Phases:
 
         with tqdm.tqdm(total=len(keys), initial=len(keys) - len(todo), desc=desc, disable=not ctx.settings.progress,
                        leave=False) as bar:
-            for key, record in map_in_threads(guarded, todo, threads or ctx.settings.num_threads):
+            for key, record in map_in_threads(guarded, todo, ctx.settings.num_threads):
                 bar.update(1)
                 if record is None:
                     continue
