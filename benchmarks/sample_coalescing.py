@@ -11,8 +11,10 @@ the order the optimizer sends them now), side by side in one run, with the machi
                       sampling every ticket once before the next sample (a ticket's next rollout found its prompt
                       in its slot); as it is: a group's 4 rollouts sent together
     induction draws   sets of 3 training tickets that share their queue, shown as the induction shows them
-                      (`format_failures`), 3 draws each of the induction Signature at temperature 0.9, a set's
-                      draws next to each other, from 4 threads (so a set's draws start together only partly)
+                      (`format_failures`), 3 draws each of the induction Signature at temperature 0.9, from 4
+                      threads. As it was: a set's draws next to each other (sent together, so coalesced when the
+                      engine coalesces); as it is: draw by draw across the sets (every set's first draw, then
+                      every second...), which the engine does not coalesce
 
 DSPy's cache is off, so every call reaches the model. Rounds alternate the two settings (as it was, then as it is)
 so that drift in the machine's speed falls on both; each has its own server, loaded before the first round.
@@ -82,9 +84,12 @@ def rollouts(lm: dspy.LM, trainset: list, round_: int, coalesced: bool) -> int:
     return len(jobs)
 
 
-def induction_draws(lm: dspy.LM, texts: list[str], round_: int) -> int:
+def induction_draws(lm: dspy.LM, texts: list[str], round_: int, coalesced: bool) -> int:
     reflector = Reflector(lm, max_tokens=768)
-    jobs = [(n, k) for n in range(len(texts)) for k in range(DRAWS)]
+    if coalesced:
+        jobs = [(n, k) for k in range(DRAWS) for n in range(len(texts))]
+    else:
+        jobs = [(n, k) for n in range(len(texts)) for k in range(DRAWS)]
 
     def one(job: tuple[int, int]) -> None:
         n, k = job
@@ -116,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
              "speed_at_start": asdict(speed) if speed else None,
              "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
     workloads = {"rollouts": lambda lm, r, coalesced: rollouts(lm, trainset, r, coalesced),
-                 "induction draws": lambda lm, r, coalesced: induction_draws(lm, texts, r)}
+                 "induction draws": lambda lm, r, coalesced: induction_draws(lm, texts, r, coalesced)}
     seconds: dict[str, dict[str, list[float]]] = {w: {s: [] for s in SETTINGS} for w in workloads}
     calls: dict[str, int] = {}
     for round_ in range(args.rounds):

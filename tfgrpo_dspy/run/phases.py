@@ -137,10 +137,11 @@ class Phases:
         """Sets of failed examples, each sampled num_candidates times (a new draw per step and candidate)."""
         s = self.ctx.settings
         sets = induction_sets(failures_of(groups, self.ctx.reference), self.ctx.task_text, s.induction_examples)
-        # A set's draws next to each other: those that start together share one evaluation of their prompt on the
-        # embedded server (`tfgrpo_dspy.lm.coalesce`). Threads are not cut to whole sets: measured, the draws
-        # gained nothing from it (benchmarks/results/sample_coalescing.md), decoding 3 at a time instead of 4.
-        jobs = [(n, k) for n in range(len(sets)) for k in range(s.num_candidates)]
+        # Draw by draw across the sets (every set's first draw, then every set's second...): calls sent together
+        # then have different prompts, so the embedded server does not coalesce them. Coalesced, a set's draws
+        # were slower (0.76x over two rounds, benchmarks/results/sample_coalescing_sets.md): unlike a rollout,
+        # a draw decodes long, and one n-request decodes fewer sequences at a time than four separate calls.
+        jobs = [(n, k) for k in range(s.num_candidates) for n in range(len(sets))]
         results = self.cached_map(
             step, "inductions", jobs, lambda job: f"set{job[0] + 1:02d}_d{job[1]}",
             lambda job: self._induce_one(sets[job[0]], (step - 1) * s.num_candidates + job[1]), Induction,
