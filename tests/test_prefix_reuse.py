@@ -199,8 +199,8 @@ def test_threads_get_the_answers_of_a_serial_run():
 
 def test_engine_sends_greedy_calls_to_a_repeatable_prefix_server():
     made: dict[ServerSettings, LcpSlotServer] = {}
-    engine = LlamaCppEngine(registry=ServerRegistry(factory=lambda s: made.setdefault(s, LcpSlotServer(
-        slots=s.n_parallel))))
+    engine = LlamaCppEngine(greedy_replicas=1, registry=ServerRegistry(factory=lambda s: made.setdefault(
+        s, LcpSlotServer(slots=s.n_parallel))))
     assert engine.greedy_settings.repeatable_prefix and engine.greedy_settings.cache_ram_mib == 0
     assert engine.greedy_settings.n_parallel == GREEDY_PREFIX_SLOTS
     lm = dspy.LM("local/qwen2.5-coder-1.5b", engine=engine, temperature=0.0, cache=False)

@@ -43,6 +43,9 @@ _REFUSED_FIELDS = ("tool_choice", "reasoning", "logprobs", "service_tier", "user
 # alternate between as many prefixes as lessons. Each slot holds n_ctx tokens of KV cache (the 1.5B model:
 # ~115 MB at 4096).
 GREEDY_PREFIX_SLOTS = 12
+# Repeatable greedy servers serving side by side: one request at a time leaves the 2 cores partly idle
+# (`tfgrpo_dspy.lm.replicas`). Each holds its own KV cache (GREEDY_PREFIX_SLOTS x n_ctx tokens, ~1.4 GB).
+GREEDY_REPLICAS = 2
 # How long a sampled request waits for partners with the same prompt (`tfgrpo_dspy.lm.coalesce`): the G
 # rollouts of a group are sent from G threads within microseconds of each other; a call takes seconds.
 COALESCE_WINDOW_S = 0.05
@@ -61,9 +64,11 @@ class LlamaCppEngine:
     reuses the KV cache of each request's fixed prefix (the system message: instructions, field formats,
     the lesson shown) in a way that stays repeatable, keeping the last `GREEDY_PREFIX_SLOTS` prefixes
     (`tfgrpo_dspy.lm.prefix`); without it every greedy prompt is evaluated whole on a one-slot server.
+    With prefix reuse, ``greedy_replicas`` such servers serve greedy requests side by side, each one at a
+    time, with the same answers (`tfgrpo_dspy.lm.replicas`).
     With ``coalesce_samples`` (the default), sampled requests equal but for their seed that arrive together
-    (a group's rollouts, an induction's draws) are sent as one request with n completions, so their prompt
-    is evaluated once (`tfgrpo_dspy.lm.coalesce`).
+    (a group's rollouts) are sent as one request with n completions, so their prompt is evaluated once
+    (`tfgrpo_dspy.lm.coalesce`).
     """
 
     def __init__(
@@ -76,16 +81,22 @@ class LlamaCppEngine:
         repeatable_greedy: bool = True,
         greedy_prefix_reuse: bool = True,
         coalesce_samples: bool = True,
+        greedy_replicas: int = GREEDY_REPLICAS,
         registry: ServerRegistry | None = None,
     ) -> None:
+        if isinstance(greedy_replicas, bool) or not isinstance(greedy_replicas, int) or greedy_replicas < 1:
+            raise ValueError(f"greedy_replicas must be a positive int, got {greedy_replicas!r}")
         self.settings = ServerSettings(model=model, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads,
                                        coalesce_window_s=COALESCE_WINDOW_S if coalesce_samples else 0.0)
         self.coalesce_samples = coalesce_samples
         self.repeatable_greedy = repeatable_greedy
         self.greedy_prefix_reuse = greedy_prefix_reuse
+        self.greedy_replicas = greedy_replicas
         # No RAM prompt cache on the greedy server: it would swap in a slot state computed by another request.
+        # Replicas need the repeatable prefix server, which serves each one request at a time.
         self.greedy_settings = replace(self.settings, n_parallel=GREEDY_PREFIX_SLOTS if greedy_prefix_reuse else 1,
-                                       cache_ram_mib=0, repeatable_prefix=greedy_prefix_reuse, coalesce_window_s=0.0)
+                                       cache_ram_mib=0, repeatable_prefix=greedy_prefix_reuse, coalesce_window_s=0.0,
+                                       replicas=greedy_replicas if greedy_prefix_reuse else 1)
         self._registry = registry if registry is not None else default_registry()
 
     def complete(self, request: Request) -> Response:
@@ -135,6 +146,7 @@ class LlamaCppEngine:
             "repeatable_greedy": self.repeatable_greedy,
             "greedy_prefix_reuse": self.greedy_prefix_reuse,
             "coalesce_samples": self.coalesce_samples,
+            "greedy_replicas": self.greedy_replicas,
         }
 
     @classmethod

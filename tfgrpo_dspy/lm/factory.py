@@ -7,7 +7,7 @@ from typing import Any
 
 import dspy
 
-from tfgrpo_dspy.lm.engine import PROVIDER, LlamaCppEngine
+from tfgrpo_dspy.lm.engine import GREEDY_REPLICAS, PROVIDER, LlamaCppEngine
 from tfgrpo_dspy.lm.weights import DEFAULT_MODEL, MODELS
 
 # Small models sometimes write the ChatAdapter's end marker on the line of the last field, where the
@@ -31,6 +31,7 @@ def local_lm(
     repeatable_greedy: bool = True,
     greedy_prefix_reuse: bool = True,
     coalesce_samples: bool = True,
+    greedy_replicas: int = GREEDY_REPLICAS,
     temperature: float = 0.0,
     max_tokens: int = 1024,
     **lm_kwargs: Any,
@@ -39,8 +40,9 @@ def local_lm(
 
     The model loads on the first call (joining its weights into the cache the very first time).
     ``n_ctx`` is the context per sequence; ``n_parallel`` sampled sequences decode together. With
-    ``repeatable_greedy`` greedy calls are served one at a time without prompt reuse, so they repeat
-    exactly (see `LlamaCppEngine`); with ``coalesce_samples`` sampled calls with the same prompt sent together
+    ``repeatable_greedy`` greedy calls repeat exactly: each is served alone, reusing its prefix repeatably
+    (``greedy_prefix_reuse``), on ``greedy_replicas`` servers side by side (see `LlamaCppEngine`). With
+    ``coalesce_samples`` sampled calls with the same prompt sent together
     share one evaluation of it. Generation stops at DSPy's ChatAdapter end marker unless ``stop=``
     says otherwise.
     """
@@ -49,7 +51,7 @@ def local_lm(
     lm_kwargs.setdefault("stop", [CHAT_ADAPTER_STOP])
     engine = LlamaCppEngine(model, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads,
                             repeatable_greedy=repeatable_greedy, greedy_prefix_reuse=greedy_prefix_reuse,
-                            coalesce_samples=coalesce_samples)
+                            coalesce_samples=coalesce_samples, greedy_replicas=greedy_replicas)
     return dspy.LM(f"{PROVIDER}/{model}", engine=engine, temperature=temperature, max_tokens=max_tokens, **lm_kwargs)
 
 

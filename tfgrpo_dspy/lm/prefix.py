@@ -51,13 +51,19 @@ class RepeatablePrefixServer:
         self._reused: dict[str, int] = {}  # prefix -> tokens every request with it reuses (llama.cpp cache_n)
         self._unreusable: set[str] = set()
 
+    def holds_prefix(self, request: dict[str, Any]) -> bool:
+        """Whether a slot holds the evaluation of ``request``'s prefix (it would not be evaluated again)."""
+        prefix = _prefix_key(request)
+        with self._lock:
+            return prefix is not None and prefix in self._held
+
     def handle_chat_completions(self, request: dict[str, Any]) -> dict[str, Any]:
         messages = request.get("messages") or []
+        prefix = _prefix_key(request)
         with self._lock:
-            if len(messages) < 2 or messages[-1].get("role") != "user":
+            if prefix is None:
                 # No prefix of whole turns to reuse: evaluate from scratch, which repeats.
                 return self._from_scratch(request)
-            prefix = json.dumps(messages[:-1], sort_keys=True, ensure_ascii=False)
             if prefix in self._unreusable:
                 return self._from_scratch(request)
             warm = prefix in self._held
@@ -92,6 +98,14 @@ class RepeatablePrefixServer:
     def _from_scratch(self, request: dict[str, Any], slot: int | None = None) -> dict[str, Any]:
         slot = self._free_slot() if slot is None else slot  # the slot now holds this request, no reset prefix
         return self.server.handle_chat_completions({**request, "cache_prompt": False, "id_slot": slot})
+
+
+def _prefix_key(request: dict[str, Any]) -> str | None:
+    """Every message but the last, as a key; None when the last message is not the user's."""
+    messages = request.get("messages") or []
+    if len(messages) < 2 or messages[-1].get("role") != "user":
+        return None
+    return json.dumps(messages[:-1], sort_keys=True, ensure_ascii=False)
 
 
 def _cached_tokens(answer: dict[str, Any]) -> int | None:

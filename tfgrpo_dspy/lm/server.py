@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from tfgrpo_dspy.lm.coalesce import SampleCoalescer
 from tfgrpo_dspy.lm.prefix import RepeatablePrefixServer
+from tfgrpo_dspy.lm.replicas import ReplicaPool
 from tfgrpo_dspy.lm.weights import ensure_weights, get_weights_spec
 
 logger = logging.getLogger(__name__)
@@ -45,10 +46,13 @@ class ServerSettings:
     # Hold sampled requests this long for partners equal but for their seed, sent as one request with n
     # completions (`tfgrpo_dspy.lm.coalesce`); 0 = every request on its own.
     coalesce_window_s: float = 0.0
+    # Identical servers serving requests side by side (`tfgrpo_dspy.lm.replicas`); more than one needs
+    # repeatable_prefix, where each serves one request at a time.
+    replicas: int = 1
 
     def __post_init__(self) -> None:
         get_weights_spec(self.model)
-        for name in ("n_parallel", "n_ctx", "n_threads"):
+        for name in ("n_parallel", "n_ctx", "n_threads", "replicas"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -60,6 +64,8 @@ class ServerSettings:
             raise ValueError(f"coalesce_window_s must be a number >= 0, got {self.coalesce_window_s!r}")
         if self.repeatable_prefix and self.coalesce_window_s:
             raise ValueError("repeatable_prefix serves requests one at a time: it cannot coalesce them")
+        if self.replicas > 1 and not self.repeatable_prefix:
+            raise ValueError("replicas > 1 needs repeatable_prefix (each replica serves one request at a time)")
         if self.repeatable_prefix and self.cache_ram_mib != 0:
             raise ValueError("repeatable_prefix needs cache_ram_mib=0 (no RAM prompt cache)")
 
@@ -110,10 +116,13 @@ class ServerRegistry:
         with start_lock:
             server = self._servers.get(settings)
             if server is None:
-                server = self._factory(settings)
-                if settings.repeatable_prefix:  # one wrapper per server: it tracks what the slot holds
-                    server = RepeatablePrefixServer(server, slots=settings.n_parallel)
-                elif settings.coalesce_window_s:
+                if settings.repeatable_prefix:  # one wrapper per server: it tracks what the slots hold
+                    replicas = [RepeatablePrefixServer(self._factory(settings), slots=settings.n_parallel)
+                                for _ in range(settings.replicas)]
+                    server = replicas[0] if len(replicas) == 1 else ReplicaPool(replicas)
+                else:
+                    server = self._factory(settings)
+                if settings.coalesce_window_s:
                     server = SampleCoalescer(server, max_n=settings.n_parallel, window_s=settings.coalesce_window_s)
                 with self._lock:
                     self._servers[settings] = server

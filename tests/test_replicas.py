@@ -1,0 +1,109 @@
+"""Greedy replicas: identical repeatable servers side by side give the answers one server gives."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import dspy
+import pytest
+
+from tests.test_prefix_reuse import LcpSlotServer
+from tfgrpo_dspy.lm import LlamaCppEngine
+from tfgrpo_dspy.lm.prefix import RepeatablePrefixServer
+from tfgrpo_dspy.lm.replicas import ReplicaPool
+from tfgrpo_dspy.lm.server import ServerRegistry, ServerSettings
+
+LESSONS = [f"Route tickets.\n[E{i}] lesson {i}" for i in range(3)]
+
+
+def chat(system: str, user: str) -> dict:
+    return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "temperature": 0.0}
+
+
+def answer(server, request: dict) -> str:
+    return server.handle_chat_completions(request)["choices"][0]["message"]["content"]
+
+
+def pool_of(n: int, slots: int = 2) -> tuple[ReplicaPool, list[LcpSlotServer]]:
+    inner = [LcpSlotServer(slots=slots) for _ in range(n)]
+    return ReplicaPool([RepeatablePrefixServer(s, slots=slots) for s in inner]), inner
+
+
+def test_replicas_side_by_side_answer_as_one_server_does():
+    requests = [chat(LESSONS[i % 3], f"ticket {i}") for i in range(24)]
+    one = RepeatablePrefixServer(LcpSlotServer(slots=2), slots=2)
+    serial = [answer(one, r) for r in requests]
+    pool, inner = pool_of(2)
+    with ThreadPoolExecutor(4) as ex:
+        side_by_side = list(ex.map(lambda r: answer(pool, r), requests))
+    assert side_by_side == serial
+    assert all(s.payloads for s in inner)  # both replicas served
+
+
+def test_two_replicas_serve_two_requests_at_once():
+    both_in = threading.Barrier(2, timeout=5)
+
+    class Waiting(LcpSlotServer):
+        def handle_chat_completions(self, payload: dict) -> dict:
+            if payload.get("max_tokens") != 0:
+                both_in.wait()  # breaks (and the test fails) unless the other replica is serving too
+            return super().handle_chat_completions(payload)
+
+    pool = ReplicaPool([RepeatablePrefixServer(Waiting()), RepeatablePrefixServer(Waiting())])
+    with ThreadPoolExecutor(2) as ex:
+        answers = list(ex.map(lambda u: answer(pool, chat(LESSONS[0], u)), ["a", "b"]))
+    assert all(answers) and not both_in.broken
+
+
+def test_a_request_goes_to_the_replica_holding_its_prefix():
+    pool, inner = pool_of(2, slots=1)
+    for lesson in LESSONS[:2]:  # taking the first idle replica would alternate a prefix between the two
+        for user in ("1", "2", "3", "4"):
+            answer(pool, chat(lesson, user))
+    from_scratch = [[p for p in s.payloads if p.get("cache_prompt") is False] for s in inner]
+    # Each prefix was evaluated from scratch once, in its own replica, and found there afterwards.
+    assert [len(f) for f in from_scratch] == [1, 1]
+    assert {f[0]["messages"][0]["content"] for f in from_scratch} == set(LESSONS[:2])
+
+
+def test_a_failing_replica_is_released():
+    class Failing:
+        def handle_chat_completions(self, request: dict) -> dict:
+            raise RuntimeError("boom")
+
+        def holds_prefix(self, request: dict) -> bool:
+            return False
+
+    pool = ReplicaPool([Failing()])
+    for _ in range(2):  # the second call would wait forever if the first had not given the replica back
+        with pytest.raises(RuntimeError, match="boom"):
+            pool.handle_chat_completions(chat(LESSONS[0], "x"))
+
+
+def test_registry_starts_one_server_per_replica():
+    made: list[LcpSlotServer] = []
+
+    def factory(settings: ServerSettings) -> LcpSlotServer:
+        made.append(LcpSlotServer(slots=settings.n_parallel))
+        return made[-1]
+
+    engine = LlamaCppEngine(registry=ServerRegistry(factory=factory))
+    assert engine.greedy_settings.replicas == 2 and engine.dump_state()["greedy_replicas"] == 2
+    lm = dspy.LM("local/qwen2.5-coder-1.5b", engine=engine, temperature=0.0, cache=False)
+    with dspy.context(lm=lm):
+        dspy.Predict("question -> answer")(question="one")
+    assert len(made) == 2
+    assert LlamaCppEngine(greedy_prefix_reuse=False).greedy_settings.replicas == 1
+
+
+def test_bad_replica_settings_are_named():
+    with pytest.raises(ValueError, match="greedy_replicas must be a positive int"):
+        LlamaCppEngine(greedy_replicas=0)
+    with pytest.raises(ValueError, match="replicas must be a positive int"):
+        ServerSettings(model="qwen2.5-coder-1.5b", replicas=True)
+    with pytest.raises(ValueError, match="replicas > 1 needs repeatable_prefix"):
+        ServerSettings(model="qwen2.5-coder-1.5b", replicas=2)
+    with pytest.raises(ValueError, match="at least one"):
+        ReplicaPool([])

@@ -1,0 +1,54 @@
+"""Greedy requests served by several identical servers at once, each still one request at a time.
+
+A repeatable greedy server serves one request at a time (`tfgrpo_dspy.lm.prefix`), and one request leaves the
+machine's two cores partly idle: a single sequence's decode waits on memory more than on arithmetic. Two
+servers with the same settings, each serving one request at a time, run two requests side by side. Every
+replica computes a request exactly as the others do (the same weights, settings and batch shapes), so the
+replica a request lands in does not change its answer, as the slot it lands in does not: measured on 60 tickets,
+greedy answers from two replicas side by side were identical to one server's, twice, and 1.41x / 1.54x faster
+(`benchmarks/greedy_replicas.py` measures it on the held-out evaluation).
+
+A request goes to an idle replica, preferring one that already holds its prefix; when none is idle it waits.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+
+class Replica(Protocol):
+    """A server that serves one request at a time and can say whether it holds a request's prefix."""
+
+    def handle_chat_completions(self, request: dict[str, Any]) -> dict[str, Any]: ...
+
+    def holds_prefix(self, request: dict[str, Any]) -> bool: ...
+
+
+class ReplicaPool:
+    """Sends each request to one idle replica; a replica serves one request at a time."""
+
+    def __init__(self, replicas: Sequence[Replica]):
+        if not replicas:
+            raise ValueError("replicas must hold at least one server")
+        self.replicas = list(replicas)
+        self._idle = list(self.replicas)
+        self._changed = threading.Condition()
+
+    def handle_chat_completions(self, request: dict[str, Any]) -> dict[str, Any]:
+        replica = self._acquire(request)
+        try:
+            return replica.handle_chat_completions(request)
+        finally:
+            with self._changed:
+                self._idle.append(replica)
+                self._changed.notify()
+
+    def _acquire(self, request: dict[str, Any]) -> Replica:
+        with self._changed:
+            self._changed.wait_for(lambda: bool(self._idle))
+            # A replica holding the prefix answers without evaluating it again.
+            chosen = next((r for r in self._idle if r.holds_prefix(request)), self._idle[0])
+            self._idle.remove(chosen)
+            return chosen
