@@ -50,6 +50,10 @@ def answers(report: EvalReport) -> list[str | None]:
     return [example.samples[0].answer for example in report.examples]
 
 
+def ratio(before: float, after: float) -> float | None:
+    return round(before / after, 2) if after else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=60, help="held-out tickets (default 60)")
@@ -80,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             logger.info("%s, %s: %.1f s, accuracy %.3f", workload, name, report.elapsed_seconds, report.mean_at_k)
         one, two, again = (runs[name] for name, _ in RUNS)
         rows.append({"workload": workload, "calls": args.n, "seconds": seconds,
-                     "speed_up": round(seconds["one server"] / seconds["two replicas"], 2),
-                     "speed_up_again": round(seconds["one server"] / seconds["two replicas, again"], 2),
+                     "speed_up": ratio(seconds["one server"], seconds["two replicas"]),
+                     "speed_up_again": ratio(seconds["one server"], seconds["two replicas, again"]),
                      "flips_between_replica_runs": sum(a != b for a, b in zip(two, again, strict=True)),
                      "differing_from_one_server": sum(a != b for a, b in zip(one, two, strict=True)),
                      "accuracy": accuracy})

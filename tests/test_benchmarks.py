@@ -814,3 +814,30 @@ def test_sample_coalescing_times_both_workloads_in_both_settings(monkeypatch, tm
         assert kinds.count("induce") == 2 * report["rows"][1]["calls"]
         assert sum(k == "policy" for k in kinds) == 1 + 2 * report["rows"][0]["calls"]
     assert "speed-up" in (tmp_path / "sc.md").read_text()
+
+
+def test_greedy_replicas_times_both_settings_and_counts_changed_answers(monkeypatch, tmp_path):
+    bench = load_script("greedy_replicas")
+    made, calls_on_two = {}, []
+
+    def two_replicas_flip_once(call):  # the second replica run answers its first call differently
+        calls_on_two.append(call)
+        return {"queue": "billing"} if len(calls_on_two) == 1 + 3 + 1 else ticket_router(call)
+
+    def fake_make_lm(spec, *, greedy_replicas, **kwargs):
+        made[greedy_replicas] = scripted_lm(ticket_router if greedy_replicas == 1 else two_replicas_flip_once)
+        return made[greedy_replicas]
+
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench, "make_lm", fake_make_lm)
+    monkeypatch.setattr(bench, "machine_speed", lambda lm: None)
+    assert bench.main(["--stem", "gr", "--n", "3"]) == 0
+    report = json.loads((tmp_path / "gr.json").read_text())
+    assert [r["workload"] for r in report["rows"]] == ["no library", "rules @ top-1"]
+    first, second = report["rows"]
+    assert first["flips_between_replica_runs"] == 1 and first["differing_from_one_server"] == 0
+    assert second["flips_between_replica_runs"] == 0
+    assert set(first["seconds"]) == {name for name, _ in bench.RUNS}
+    # Every call reached the model (DSPy's cache off): the load call, then one run (one server) or two per workload.
+    assert len(made[1].engine.calls) == 1 + 2 * 3 and len(made[2].engine.calls) == 1 + 4 * 3
+    assert "flips between the two replica runs" in (tmp_path / "gr.md").read_text()
