@@ -27,8 +27,17 @@ def answer(server, request: dict) -> str:
 
 
 def pool_of(n: int, slots: int = 2) -> tuple[ReplicaPool, list[LcpSlotServer]]:
-    inner = [LcpSlotServer(slots=slots) for _ in range(n)]
-    return ReplicaPool([RepeatablePrefixServer(s, slots=slots) for s in inner]), inner
+    inner: list[LcpSlotServer] = []
+
+    def start() -> RepeatablePrefixServer:
+        inner.append(LcpSlotServer(slots=slots))
+        return RepeatablePrefixServer(inner[-1], slots=slots)
+
+    pool = ReplicaPool(start, n)
+    for _ in range(n - 1):  # start them all: two requests at once make the pool start the second
+        pool.replicas.append(start())
+        pool._idle.append(pool.replicas[-1])
+    return pool, inner
 
 
 def test_replicas_side_by_side_answer_as_one_server_does():
@@ -51,10 +60,24 @@ def test_two_replicas_serve_two_requests_at_once():
                 both_in.wait()  # breaks (and the test fails) unless the other replica is serving too
             return super().handle_chat_completions(payload)
 
-    pool = ReplicaPool([RepeatablePrefixServer(Waiting()), RepeatablePrefixServer(Waiting())])
+    pool = ReplicaPool(lambda: RepeatablePrefixServer(Waiting()), 2)
     with ThreadPoolExecutor(2) as ex:
         answers = list(ex.map(lambda u: answer(pool, chat(LESSONS[0], u)), ["a", "b"]))
     assert all(answers) and not both_in.broken
+    assert len(pool.replicas) == 2  # the second started when the first was busy
+
+
+def test_a_second_replica_starts_only_when_requests_overlap():
+    started = []
+
+    def start() -> RepeatablePrefixServer:
+        started.append(LcpSlotServer())
+        return RepeatablePrefixServer(started[-1])
+
+    pool = ReplicaPool(start, 2)
+    for user in ("a", "b", "c"):
+        answer(pool, chat(LESSONS[0], user))
+    assert len(started) == 1
 
 
 def test_a_request_goes_to_the_replica_holding_its_prefix():
@@ -76,25 +99,37 @@ def test_a_failing_replica_is_released():
         def holds_prefix(self, request: dict) -> bool:
             return False
 
-    pool = ReplicaPool([Failing()])
+    pool = ReplicaPool(Failing, 1)
     for _ in range(2):  # the second call would wait forever if the first had not given the replica back
         with pytest.raises(RuntimeError, match="boom"):
             pool.handle_chat_completions(chat(LESSONS[0], "x"))
 
 
-def test_registry_starts_one_server_per_replica():
+def test_registry_starts_up_to_greedy_replicas_servers():
     made: list[LcpSlotServer] = []
+    both_in = threading.Barrier(2, timeout=5)
+
+    class Waiting(LcpSlotServer):
+        def handle_chat_completions(self, payload: dict) -> dict:
+            if payload.get("max_tokens") != 0:
+                both_in.wait()
+            return super().handle_chat_completions(payload)
 
     def factory(settings: ServerSettings) -> LcpSlotServer:
-        made.append(LcpSlotServer(slots=settings.n_parallel))
+        made.append(Waiting(slots=settings.n_parallel))
         return made[-1]
 
     engine = LlamaCppEngine(registry=ServerRegistry(factory=factory))
     assert engine.greedy_settings.replicas == 2 and engine.dump_state()["greedy_replicas"] == 2
     lm = dspy.LM("local/qwen2.5-coder-1.5b", engine=engine, temperature=0.0, cache=False)
-    with dspy.context(lm=lm):
-        dspy.Predict("question -> answer")(question="one")
-    assert len(made) == 2
+
+    def ask(question: str) -> None:
+        with dspy.context(lm=lm):
+            dspy.Predict("question -> answer")(question=question)
+
+    with ThreadPoolExecutor(2) as ex:
+        list(ex.map(ask, ["one", "two", "three", "four"]))
+    assert len(made) == 2 and not both_in.broken
     assert LlamaCppEngine(greedy_prefix_reuse=False).greedy_settings.replicas == 1
 
 
@@ -105,5 +140,5 @@ def test_bad_replica_settings_are_named():
         ServerSettings(model="qwen2.5-coder-1.5b", replicas=True)
     with pytest.raises(ValueError, match="replicas > 1 needs repeatable_prefix"):
         ServerSettings(model="qwen2.5-coder-1.5b", replicas=2)
-    with pytest.raises(ValueError, match="at least one"):
-        ReplicaPool([])
+    with pytest.raises(ValueError, match="max_replicas must be a positive int"):
+        ReplicaPool(LcpSlotServer, 0)

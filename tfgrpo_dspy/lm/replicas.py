@@ -10,13 +10,15 @@ replicas changed no answer between two runs nor against one server, and were 1.0
 evaluation already keeps both cores busy, so the gain is the decode's idle time, not 2x; the cost is another
 server's memory (its KV cache and its copy of the weights) and its load time.
 
-A request goes to an idle replica, preferring one that already holds its prefix; when none is idle it waits.
+A request goes to an idle replica, preferring one that already holds its prefix. The pool starts with one
+replica and starts another (up to its limit) only when a request finds every replica busy, so a program that
+calls the model from one thread never pays for a second server; when the limit is reached, a request waits.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any, Protocol
 
 
@@ -29,13 +31,16 @@ class Replica(Protocol):
 
 
 class ReplicaPool:
-    """Sends each request to one idle replica; a replica serves one request at a time."""
+    """Sends each request to one idle replica, starting up to ``max_replicas`` of them as requests overlap."""
 
-    def __init__(self, replicas: Sequence[Replica]):
-        if not replicas:
-            raise ValueError("replicas must hold at least one server")
-        self.replicas = list(replicas)
+    def __init__(self, start_replica: Callable[[], Replica], max_replicas: int):
+        if isinstance(max_replicas, bool) or not isinstance(max_replicas, int) or max_replicas < 1:
+            raise ValueError(f"max_replicas must be a positive int, got {max_replicas!r}")
+        self._start_replica = start_replica
+        self.max_replicas = max_replicas
+        self.replicas: list[Replica] = [start_replica()]
         self._idle = list(self.replicas)
+        self._starting = 0
         self._changed = threading.Condition()
 
     def handle_chat_completions(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -49,8 +54,18 @@ class ReplicaPool:
 
     def _acquire(self, request: dict[str, Any]) -> Replica:
         with self._changed:
-            self._changed.wait_for(lambda: bool(self._idle))
-            # A replica holding the prefix answers without evaluating it again.
-            chosen = next((r for r in self._idle if r.holds_prefix(request)), self._idle[0])
-            self._idle.remove(chosen)
-            return chosen
+            if self._idle or len(self.replicas) + self._starting >= self.max_replicas:
+                self._changed.wait_for(lambda: bool(self._idle))
+                # A replica holding the prefix answers without evaluating it again.
+                chosen = next((r for r in self._idle if r.holds_prefix(request)), self._idle[0])
+                self._idle.remove(chosen)
+                return chosen
+            self._starting += 1
+        try:  # outside the lock: loading takes seconds, and the other replicas keep serving meanwhile
+            replica = self._start_replica()
+        finally:
+            with self._changed:
+                self._starting -= 1
+        with self._changed:
+            self.replicas.append(replica)  # busy with this request; idle when it is done
+        return replica

@@ -117,9 +117,10 @@ class ServerRegistry:
             server = self._servers.get(settings)
             if server is None:
                 if settings.repeatable_prefix:  # one wrapper per server: it tracks what the slots hold
-                    replicas = [RepeatablePrefixServer(self._factory(settings), slots=settings.n_parallel)
-                                for _ in range(settings.replicas)]
-                    server = replicas[0] if len(replicas) == 1 else ReplicaPool(replicas)
+                    def replica(settings: ServerSettings = settings) -> RepeatablePrefixServer:
+                        return RepeatablePrefixServer(self._factory(settings), slots=settings.n_parallel)
+
+                    server = replica() if settings.replicas == 1 else ReplicaPool(replica, settings.replicas)
                 else:
                     server = self._factory(settings)
                 if settings.coalesce_window_s:
