@@ -64,8 +64,8 @@ class LlamaCppEngine:
     reuses the KV cache of each request's fixed prefix (the system message: instructions, field formats,
     the lesson shown) in a way that stays repeatable, keeping the last `GREEDY_PREFIX_SLOTS` prefixes
     (`tfgrpo_dspy.lm.prefix`); without it every greedy prompt is evaluated whole on a one-slot server.
-    With prefix reuse, ``greedy_replicas`` such servers serve greedy requests side by side, each one at a
-    time, with the same answers (`tfgrpo_dspy.lm.replicas`).
+    With prefix reuse, up to ``greedy_replicas`` such servers (started as requests overlap) serve greedy
+    requests side by side, each one at a time, with the same answers (`tfgrpo_dspy.lm.replicas`).
     With ``coalesce_samples`` (the default), sampled requests equal but for their seed that arrive together
     (a group's rollouts) are sent as one request with n completions, so their prompt is evaluated once
     (`tfgrpo_dspy.lm.coalesce`).

@@ -46,7 +46,8 @@ class ServerSettings:
     # Hold sampled requests this long for partners equal but for their seed, sent as one request with n
     # completions (`tfgrpo_dspy.lm.coalesce`); 0 = every request on its own.
     coalesce_window_s: float = 0.0
-    # Identical servers serving requests side by side (`tfgrpo_dspy.lm.replicas`); more than one needs
+    # Up to this many identical servers serving requests side by side, started as requests overlap
+    # (`tfgrpo_dspy.lm.replicas`); more than one needs
     # repeatable_prefix, where each serves one request at a time.
     replicas: int = 1
 
