@@ -47,8 +47,7 @@ class ServerSettings:
     # completions (`tfgrpo_dspy.lm.coalesce`); 0 = every request on its own.
     coalesce_window_s: float = 0.0
     # Up to this many identical servers serving requests side by side, started as requests overlap
-    # (`tfgrpo_dspy.lm.replicas`); more than one needs
-    # repeatable_prefix, where each serves one request at a time.
+    # (`tfgrpo_dspy.lm.replicas`); more than one needs repeatable_prefix (each serves one request at a time).
     replicas: int = 1
 
     def __post_init__(self) -> None:
