@@ -7,23 +7,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import dspy
 import pytest
+from fake_slot_server import LcpSlotServer, answer, chat
 
-from tests.test_prefix_reuse import LcpSlotServer
 from tfgrpo_dspy.lm import LlamaCppEngine
 from tfgrpo_dspy.lm.prefix import RepeatablePrefixServer
 from tfgrpo_dspy.lm.replicas import ReplicaPool
 from tfgrpo_dspy.lm.server import ServerRegistry, ServerSettings
 
 LESSONS = [f"Route tickets.\n[E{i}] lesson {i}" for i in range(3)]
-
-
-def chat(system: str, user: str) -> dict:
-    return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
-            "temperature": 0.0}
-
-
-def answer(server, request: dict) -> str:
-    return server.handle_chat_completions(request)["choices"][0]["message"]["content"]
 
 
 def pool_of(n: int, slots: int = 2) -> tuple[ReplicaPool, list[LcpSlotServer]]:
