@@ -27,6 +27,7 @@ class LcpSlotServer:
         self.ram_cache = ram_cache
         self.saved: tuple[list[str], list[tuple[int, int]]] | None = None
         self.payloads: list[dict] = []
+        self.replies: list[dict] = []
 
     @staticmethod
     def render(messages: list[dict]) -> list[str]:
@@ -53,10 +54,11 @@ class LcpSlotServer:
         if text:
             self.saved = (slot.tokens[:], slot.batches[:])
         cache_n = reused
-        return {"choices": [{"finish_reason": "stop", "message": {"content": text}}],
+        self.replies.append({"choices": [{"finish_reason": "stop", "message": {"content": text}}],
                 "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(text),
                           "prompt_tokens_details": {"cached_tokens": cache_n}},
-                "timings": {"cache_n": cache_n, "prompt_n": len(prompt) - reused}}
+                "timings": {"cache_n": cache_n, "prompt_n": len(prompt) - reused}})
+        return self.replies[-1]
 
     @staticmethod
     def _common(a: list[str], b: list[str]) -> int:

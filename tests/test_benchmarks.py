@@ -841,3 +841,29 @@ def test_greedy_replicas_times_both_settings_and_counts_changed_answers(monkeypa
     # Every call reached the model (DSPy's cache off): the load call, then one run (one server) or two per workload.
     assert len(made[1].engine.calls) == 1 + 2 * 3 and len(made[2].engine.calls) == 1 + 4 * 3
     assert "flips between the two replica runs" in (tmp_path / "gr.md").read_text()
+
+
+def test_lesson_prefix_compares_whole_prefixes_with_bases_answer_by_answer(monkeypatch, tmp_path):
+    bench = load_script("lesson_prefix")
+    made, reversed_calls = [], []
+
+    def reversed_flips_its_last_call(call):  # the reversed run's last call is the first run's first one
+        reversed_calls.append(call)
+        return {"queue": "billing"} if len(reversed_calls) == 1 + len(bench.HOUSE_RULES) * 2 else ticket_router(call)
+
+    def fake_lm(bases):
+        made.append(scripted_lm(reversed_flips_its_last_call if len(made) == 2 else ticket_router))
+        return made[-1]
+
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench, "lm_of_its_own", fake_lm)
+    monkeypatch.setattr(bench, "machine_speed", lambda lm: None)
+    assert bench.main(["--stem", "lp", "--n", "2"]) == 0
+    report = json.loads((tmp_path / "lp.json").read_text())
+    candidates, top_1 = report["rows"]
+    assert candidates["calls"] == 2 * len(bench.HOUSE_RULES) and top_1["calls"] == 8
+    assert candidates["flips_between_base_runs"] == 1 and candidates["differing_from_whole_prefix"] == 0
+    assert top_1["flips_between_base_runs"] == 0
+    # Every call reached the model (DSPy's cache off): the load call, then both workloads once.
+    assert [len(lm.engine.calls) for lm in made] == [1 + candidates["calls"] + top_1["calls"]] * 3
+    assert "flips between the two base runs" in (tmp_path / "lp.md").read_text()

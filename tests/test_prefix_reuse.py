@@ -9,6 +9,7 @@ import dspy
 import pytest
 from fake_slot_server import LcpSlotServer, answer, chat
 
+from tfgrpo_dspy.inference.injection import BLOCK_START
 from tfgrpo_dspy.lm import LlamaCppEngine
 from tfgrpo_dspy.lm.engine import GREEDY_PREFIX_SLOTS
 from tfgrpo_dspy.lm.prefix import RepeatablePrefixServer
@@ -146,3 +147,89 @@ def test_repeatable_prefix_needs_no_ram_cache():
         ServerSettings(model="qwen2.5-coder-1.5b", n_parallel=4, repeatable_prefix=True)
     with pytest.raises(ValueError, match="cache_ram_mib"):
         ServerSettings(model="qwen2.5-coder-1.5b", cache_ram_mib=-1)
+
+
+MARKER = "--- LESSONS ---"
+BASE = TASK + " Answer with the queue name.\n\n"
+
+
+def with_lesson(lesson: str, user: str) -> dict:
+    return chat(f"{BASE}{MARKER}\n[E1] {lesson}\n--- END ---", user)
+
+
+# Histories that leave a slot holding the same base under other lessons (their block's first tokens equal the
+# request's, computed with another lesson), another base, or no base at all.
+BASE_HISTORIES = {
+    "fresh": [],
+    "another lesson": [with_lesson("When a refund is large, route it to payments.", "refund of $900")],
+    "two other lessons": [with_lesson("When a card fails, route it to payments.", "card declined"),
+                          with_lesson("When a refund is large, send it on.", "refund")],
+    "the same lesson, another ticket": [with_lesson("When a refund is small, route it to billing.", "hi")],
+    "another base": [chat(f"Route.{MARKER}\n[E1] When a refund is small, route it to billing.", "refund")],
+    "no base": [chat(TASK, "refund of $90 please")],
+}
+BASE_REQUEST = with_lesson("When a refund is small, route it to billing.", "Plan: Pro | Region: EU\nrefund of $90")
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_with_a_base_an_answer_does_not_depend_on_what_was_served_before(slots):
+    answers = {}
+    for name, history in BASE_HISTORIES.items():
+        server = RepeatablePrefixServer(LcpSlotServer(slots=slots), slots=slots, base_marker=MARKER)
+        for earlier in history:
+            answer(server, earlier)
+        answers[name] = answer(server, BASE_REQUEST)
+        assert answer(server, BASE_REQUEST) == answers[name]
+    assert len(set(answers.values())) == 1, answers
+
+
+def test_a_new_lesson_is_evaluated_on_top_of_its_base():
+    inner = LcpSlotServer()
+    server = RepeatablePrefixServer(inner, base_marker=MARKER)
+    answer(server, with_lesson("When a card fails, route it to payments.", "card declined"))
+    inner.payloads.clear()
+    inner.replies.clear()
+    reply = server.handle_chat_completions(BASE_REQUEST)
+    base_reset, prefix_reset, request = inner.payloads
+    assert base_reset["messages"] == [{"role": "system", "content": BASE}] and base_reset["cache_prompt"] is True
+    assert prefix_reset["messages"] == BASE_REQUEST["messages"][:1] and prefix_reset["cache_prompt"] is True
+    base_tokens = len("<|im_start|>system\n" + BASE)
+    # The base reset evaluates only the base turn's end; the prefix reset only the lesson and its turn's end.
+    assert inner.replies[0]["timings"]["cache_n"] == base_tokens
+    assert inner.replies[1]["timings"]["cache_n"] == base_tokens
+    prefix_tokens = len(LcpSlotServer.render(BASE_REQUEST["messages"][:1]))
+    assert inner.replies[1]["timings"]["prompt_n"] == prefix_tokens - base_tokens
+    assert reply == inner.replies[2]
+
+
+def test_a_base_reused_unexpectedly_is_evaluated_from_scratch_with_a_warning(caplog):
+    class MisreportingServer(LcpSlotServer):
+        prefix_resets = 0
+
+        def handle_chat_completions(self, payload):
+            reply = super().handle_chat_completions(payload)
+            if payload.get("max_tokens") == 0 and MARKER in payload["messages"][0]["content"]:
+                self.prefix_resets += 1
+                if self.prefix_resets == 2:
+                    reply["timings"]["cache_n"] += 1
+            return reply
+
+    inner = MisreportingServer()
+    server = RepeatablePrefixServer(inner, base_marker=MARKER)
+    answer(server, with_lesson("When a card fails, route it to payments.", "card declined"))
+    with caplog.at_level(logging.WARNING, logger="tfgrpo_dspy.lm.prefix"):
+        answer(server, BASE_REQUEST)
+    assert "from scratch from now on" in caplog.text
+    resets = [p for p in inner.payloads if p.get("max_tokens") == 0]
+    assert resets[-1]["cache_prompt"] is False and MARKER in resets[-1]["messages"][0]["content"]
+    inner.payloads.clear()
+    answer(server, with_lesson("A third lesson.", "x"))  # the base is no longer used
+    assert [p["cache_prompt"] for p in inner.payloads] == [False, True]
+
+
+def test_the_engine_evaluates_lesson_blocks_on_their_base():
+    engine = LlamaCppEngine(greedy_replicas=1, registry=ServerRegistry(factory=lambda s: LcpSlotServer()))
+    assert engine.greedy_settings.prefix_base_marker == BLOCK_START
+    assert LlamaCppEngine(greedy_prefix_reuse=False).greedy_settings.prefix_base_marker is None
+    with pytest.raises(ValueError, match="prefix_base_marker"):
+        ServerSettings(model="qwen2.5-coder-1.5b", prefix_base_marker="x")

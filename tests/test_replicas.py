@@ -90,6 +90,8 @@ def test_a_failing_replica_is_released():
         def holds_prefix(self, request: dict) -> bool:
             return False
 
+        holds_base = holds_prefix
+
     pool = ReplicaPool(Failing, 1)
     for _ in range(2):  # the second call would wait forever if the first had not given the replica back
         with pytest.raises(RuntimeError, match="boom"):
@@ -133,3 +135,20 @@ def test_bad_replica_settings_are_named():
         ServerSettings(model="qwen2.5-coder-1.5b", replicas=2)
     with pytest.raises(ValueError, match="max_replicas must be a positive int"):
         ReplicaPool(LcpSlotServer, 0)
+
+
+def test_a_new_lesson_goes_to_the_replica_holding_its_base():
+    marker = "--- LESSONS ---"
+    inner: list[LcpSlotServer] = []
+
+    def start() -> RepeatablePrefixServer:
+        inner.append(LcpSlotServer(slots=4))
+        return RepeatablePrefixServer(inner[-1], slots=4, base_marker=marker)
+
+    pool = ReplicaPool(start, 2)
+    pool.replicas.append(start())
+    pool._idle.append(pool.replicas[-1])
+    for i in range(4):  # the first idle replica alternates; the base is in the replica that served lesson 0
+        answer(pool, chat(f"Route tickets.\n{marker}\n[E1] lesson {i}", "ticket"))
+    from_scratch = [p for s in inner for p in s.payloads if p.get("cache_prompt") is False]
+    assert len(from_scratch) == 1 and from_scratch[0]["messages"] == [{"role": "system", "content": "Route tickets.\n"}]

@@ -28,6 +28,7 @@ from dspy.lm15 import (
     response_to_events,
 )
 
+from tfgrpo_dspy.inference.injection import BLOCK_START
 from tfgrpo_dspy.lm.server import ServerRegistry, ServerSettings, default_registry
 from tfgrpo_dspy.lm.weights import DEFAULT_MODEL
 
@@ -63,7 +64,9 @@ class LlamaCppEngine:
     evaluations then measure the programs, not the server. There, ``greedy_prefix_reuse`` (the default)
     reuses the KV cache of each request's fixed prefix (the system message: instructions, field formats,
     the lesson shown) in a way that stays repeatable, keeping the last `GREEDY_PREFIX_SLOTS` prefixes
-    (`tfgrpo_dspy.lm.prefix`); without it every greedy prompt is evaluated whole on a one-slot server.
+    (`tfgrpo_dspy.lm.prefix`); a prefix whose lesson block is new is evaluated on top of the one evaluation
+    of the system message before the block. Without it every greedy prompt is evaluated whole on a one-slot
+    server.
     With prefix reuse, up to ``greedy_replicas`` such servers (started as requests overlap) serve greedy
     requests side by side, each one at a time, with the same answers (`tfgrpo_dspy.lm.replicas`).
     With ``coalesce_samples`` (the default), sampled requests equal but for their seed that arrive together
@@ -96,7 +99,8 @@ class LlamaCppEngine:
         # Replicas need the repeatable prefix server, which serves each one request at a time.
         self.greedy_settings = replace(self.settings, n_parallel=GREEDY_PREFIX_SLOTS if greedy_prefix_reuse else 1,
                                        cache_ram_mib=0, repeatable_prefix=greedy_prefix_reuse, coalesce_window_s=0.0,
-                                       replicas=greedy_replicas if greedy_prefix_reuse else 1)
+                                       replicas=greedy_replicas if greedy_prefix_reuse else 1,
+                                       prefix_base_marker=BLOCK_START if greedy_prefix_reuse else None)
         self._registry = registry if registry is not None else default_registry()
 
     def complete(self, request: Request) -> Response:

@@ -10,7 +10,8 @@ replicas changed no answer between two runs nor against one server, and were 1.0
 evaluation already keeps both cores busy, so the gain is the decode's idle time, not 2x; the cost is another
 server's memory (its KV cache and its copy of the weights) and its load time.
 
-A request goes to an idle replica, preferring one that already holds its prefix. The pool starts with one
+A request goes to an idle replica, preferring one that already holds its prefix, then one that holds its
+base (the system message before the lesson block, `RepeatablePrefixServer`'s ``base_marker``). The pool starts with one
 replica and starts another (up to its limit) only when a request finds every replica busy, so a program that
 calls the model from one thread never pays for a second server; when the limit is reached, a request waits.
 """
@@ -23,11 +24,13 @@ from typing import Any, Protocol
 
 
 class Replica(Protocol):
-    """A server that serves one request at a time and can say whether it holds a request's prefix."""
+    """A server that serves one request at a time and can say whether it holds a request's prefix or base."""
 
     def handle_chat_completions(self, request: dict[str, Any]) -> dict[str, Any]: ...
 
     def holds_prefix(self, request: dict[str, Any]) -> bool: ...
+
+    def holds_base(self, request: dict[str, Any]) -> bool: ...
 
 
 class ReplicaPool:
@@ -56,8 +59,10 @@ class ReplicaPool:
         with self._changed:
             if self._idle or len(self.replicas) + self._starting >= self.max_replicas:
                 self._changed.wait_for(lambda: bool(self._idle))
-                # A replica holding the prefix answers without evaluating it again.
-                chosen = next((r for r in self._idle if r.holds_prefix(request)), self._idle[0])
+                # A replica holding the prefix answers without evaluating it again; one holding the base
+                # evaluates only the lesson.
+                chosen = next((r for r in self._idle if r.holds_prefix(request)),
+                              next((r for r in self._idle if r.holds_base(request)), self._idle[0]))
                 self._idle.remove(chosen)
                 return chosen
             self._starting += 1

@@ -49,6 +49,9 @@ class ServerSettings:
     # Up to this many identical servers serving requests side by side, started as requests overlap
     # (`tfgrpo_dspy.lm.replicas`); more than one needs repeatable_prefix (each serves one request at a time).
     replicas: int = 1
+    # With repeatable_prefix: prefixes whose system message differs only from this marker on (the lesson
+    # block) are evaluated on top of one evaluation of what precedes it (`tfgrpo_dspy.lm.prefix`).
+    prefix_base_marker: str | None = None
 
     def __post_init__(self) -> None:
         get_weights_spec(self.model)
@@ -66,6 +69,10 @@ class ServerSettings:
             raise ValueError("repeatable_prefix serves requests one at a time: it cannot coalesce them")
         if self.replicas > 1 and not self.repeatable_prefix:
             raise ValueError("replicas > 1 needs repeatable_prefix (each replica serves one request at a time)")
+        if self.prefix_base_marker is not None and (not isinstance(self.prefix_base_marker, str)
+                                                    or not self.prefix_base_marker or not self.repeatable_prefix):
+            raise ValueError(f"prefix_base_marker must be None, or a non-empty str with repeatable_prefix, got "
+                             f"{self.prefix_base_marker!r}")
         if self.repeatable_prefix and self.cache_ram_mib != 0:
             raise ValueError("repeatable_prefix needs cache_ram_mib=0 (no RAM prompt cache)")
 
@@ -118,7 +125,8 @@ class ServerRegistry:
             if server is None:
                 if settings.repeatable_prefix:  # one wrapper per server: it tracks what the slots hold
                     def replica(settings: ServerSettings = settings) -> RepeatablePrefixServer:
-                        return RepeatablePrefixServer(self._factory(settings), slots=settings.n_parallel)
+                        return RepeatablePrefixServer(self._factory(settings), slots=settings.n_parallel,
+                                                      base_marker=settings.prefix_base_marker)
 
                     server = replica() if settings.replicas == 1 else ReplicaPool(replica, settings.replicas)
                 else:
