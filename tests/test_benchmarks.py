@@ -849,7 +849,7 @@ def test_lesson_prefix_compares_whole_prefixes_with_bases_answer_by_answer(monke
 
     def reversed_flips_its_last_call(call):  # the reversed run's last call is the first run's first one
         reversed_calls.append(call)
-        return {"queue": "billing"} if len(reversed_calls) == 1 + len(bench.HOUSE_RULES) * 2 else ticket_router(call)
+        return {"queue": "billing"} if len(reversed_calls) == 2 + len(bench.HOUSE_RULES) * 2 else ticket_router(call)
 
     def fake_lm(bases):
         made.append(scripted_lm(reversed_flips_its_last_call if len(made) == 2 else ticket_router))
@@ -864,6 +864,6 @@ def test_lesson_prefix_compares_whole_prefixes_with_bases_answer_by_answer(monke
     assert candidates["calls"] == 2 * len(bench.HOUSE_RULES) and top_1["calls"] == 8
     assert candidates["flips_between_base_runs"] == 1 and candidates["differing_from_whole_prefix"] == 0
     assert top_1["flips_between_base_runs"] == 0
-    # Every call reached the model (DSPy's cache off): the load call, then both workloads once.
-    assert [len(lm.engine.calls) for lm in made] == [1 + candidates["calls"] + top_1["calls"]] * 3
+    # Every call reached the model (DSPy's cache off): the two load calls, then both workloads once.
+    assert [len(lm.engine.calls) for lm in made] == [2 + candidates["calls"] + top_1["calls"]] * 3
     assert "flips between the two base runs" in (tmp_path / "lp.md").read_text()
