@@ -180,6 +180,7 @@ def test_demo_shows_the_selection_and_an_honest_paired_verdict(monkeypatch, tmp_
     assert run("demo", "--train-n", "4", "--selection-n", "3", "--heldout-n", "6", "--out", str(tmp_path)) == 0
     out = capsys.readouterr().out
     assert "[1/3]" in out and "[3/3]" in out and "initial" in out and "shipped:" in out
+    assert "accepted (0 lessons) the starting library" in out
     assert "no measurable change (+0.0 points, 95% CI [+0.0, +0.0]" in out  # the same answers before and after
     story = out.split("== what the run learned ==", 1)[1]  # the report's headline and stages, after the verdict
     assert "No lesson was learned" in story and "- Groups:" in story and "- Shipped:" in story

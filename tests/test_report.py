@@ -10,6 +10,7 @@ import pytest
 from test_selection import BAD, GOOD, LessonSensitivePolicy, compile_with, questions
 
 from tfgrpo_dspy.report import RunReportError, write_report
+from tfgrpo_dspy.report.story import plural
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -295,3 +296,7 @@ def test_the_committed_gsm8k_run_says_its_one_candidate_was_dropped_by_verificat
     assert ("Groups: 9 of 16 had mixed rewards and 3 all failed over 1 step; 12 reached the per-group reflection."
             in text)
     assert re.search(r"<td>selection</td><td>the starting library, before step 1</td><td class=\"n\">23</td>", text)
+
+
+def test_plural_says_one_lesson_and_two_lessons():
+    assert [plural(n, "lesson") for n in (0, 1, 2)] == ["0 lessons", "1 lesson", "2 lessons"]

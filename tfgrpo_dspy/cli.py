@@ -19,6 +19,7 @@ from tfgrpo_dspy.library.jsonio import write_json_atomic
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.lm import make_lm
 from tfgrpo_dspy.optimizer import TrainingAborted, TrainingFreeGRPO
+from tfgrpo_dspy.report.story import plural
 from tfgrpo_dspy.run.results import TrainingFreeGRPOResult
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
 from tfgrpo_dspy.stats import compare_paired
@@ -230,7 +231,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(_format_usage(result))
     if result.stopped_reason:
         print(f"stopped early: {result.stopped_reason} (rerun the same command to resume)")
-    print(f"\nlearned library ({len(result.library)} lessons) -> {out / 'library.json'}")
+    print(f"\nlearned library ({plural(len(result.library), 'lesson')}) -> {out / 'library.json'}")
     _print_library(result.library)
     return 0
 

@@ -31,7 +31,7 @@ from tfgrpo_dspy.library.jsonio import write_json_atomic
 from tfgrpo_dspy.lm.engine import LlamaCppEngine, MachineSpeed
 from tfgrpo_dspy.optimizer import TrainingFreeGRPO
 from tfgrpo_dspy.report.run import load_run
-from tfgrpo_dspy.report.story import headline, held_out_line, stages
+from tfgrpo_dspy.report.story import headline, held_out_line, plural, stages
 from tfgrpo_dspy.run.results import TrainingFreeGRPOResult
 from tfgrpo_dspy.stats import PairedComparison, compare_paired
 from tfgrpo_dspy.tasks import Task, TaskData
@@ -144,9 +144,9 @@ def run_demo(task: Task, lm: dspy.LM, out: Path, *, sizes: DemoSizes, seed: int 
     result.library.save(out / "library.json")
     for candidate in result.candidates:
         decision = "accepted" if candidate.accepted else "rejected"
-        say(f"  {candidate.label:<24} selection score {candidate.score:.3f}  {decision:<8} ({candidate.size} lessons) "
-            f"{candidate.reason}")
-    say(f"  shipped: {result.shipped}, {len(result.library)} lessons")
+        size = plural(candidate.size, "lesson")
+        say(f"  {candidate.label:<24} selection score {candidate.score:.3f}  {decision:<8} ({size}) {candidate.reason}")
+    say(f"  shipped: {result.shipped}, {plural(len(result.library), 'lesson')}")
     for experience in result.library:
         say(f"    [{experience.label}] {experience.text}")
 

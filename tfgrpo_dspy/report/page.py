@@ -17,7 +17,7 @@ from typing import Any
 
 from tfgrpo_dspy.report.charts import ROLES, Charts, draw_charts, tokens
 from tfgrpo_dspy.report.run import Run, load_run
-from tfgrpo_dspy.report.story import headline, stages
+from tfgrpo_dspy.report.story import headline, plural, stages
 
 KEY_SETTINGS = ("group_size", "epochs", "batch_size", "temperature", "max_experiences", "max_words", "summarize",
                 "gate", "gate_margin", "gate_budget", "val_fraction", "top_k", "route_by", "placement", "seed")
@@ -85,10 +85,6 @@ def _cell(value: Any) -> str:
     return f"<td>{esc('' if value is None else value)}</td>"
 
 
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
 def _header(run: Run) -> str:
     m, settings = run.manifest, run.manifest.get("settings") or {}
     facts = [("program", m.get("program")), ("policy LM", (m.get("policy_lm") or {}).get("model")),
@@ -122,10 +118,10 @@ def _totals(run: Run) -> str:
     rows.append(["all", "", *(total[f] for f in fields)])
     headers = ("role", "where", *(("cost (USD)" if f == "cost" else f.replace("_", " ")) for f in fields))
     rollouts, wall = sum(s.get("rollouts", 0) for s in run.steps), sum(s.get("wall_time_s", 0) for s in run.steps)
-    before = (f" Scoring the starting library ({_plural(run.initial.usage.calls, 'call')}) ran before step 1 and "
+    before = (f" Scoring the starting library ({plural(run.initial.usage.calls, 'call')}) ran before step 1 and "
               "is not in the step time." if run.initial is not None else "")
     unpriced = "" if "cost" in fields else " The LM reported no cost."
-    return (f"<h2>LM use</h2><p>{_plural(len(run.steps), 'step')}, {_plural(rollouts, 'rollout')}, {wall:.1f} s "
+    return (f"<h2>LM use</h2><p>{plural(len(run.steps), 'step')}, {plural(rollouts, 'rollout')}, {wall:.1f} s "
             f"of step time.{before}{unpriced}</p>{_table(headers, rows)}")
 
 
@@ -209,7 +205,7 @@ def _lessons(run: Run, audit: list[dict[str, Any]]) -> str:
         where = " (from the proposal records)" if sources and not e.sources else ""
         edits = "".join(_edit_item(a, e.text) for a in audit if _mentions(a, e.id)) or "<li>none recorded</li>"
         items = "".join(_source_item(run, i) for i in sources) or "<li>none recorded</li>"
-        near = _plural(sum(e.id in r.lessons for r in run.library.routes), "training input")
+        near = plural(sum(e.id in r.lessons for r in run.library.routes), "training input")
         routed = f" · shown to inputs nearest {near}" if run.library.routes else ""
         cards.append(f'<div class="lesson"><p><b>[{esc(e.label)}]</b> {esc(e.text)}</p><p class="meta">added at '
                      f"{_at(e.added_step)}, updated at {_at(e.updated_step)} · used {e.uses}×, helpful "
@@ -219,7 +215,7 @@ def _lessons(run: Run, audit: list[dict[str, Any]]) -> str:
     routes = run.library.routes
     routing = (f"<p>Routed by example: each call is shown the lessons of the nearest of {len(routes)} training "
                f"inputs ({sum(not r.lessons for r in routes)} of them route to no lesson).</p>" if routes else "")
-    return (f"<h2>Final library: {_plural(len(run.library), 'lesson')}</h2><p>{esc(run.library_origin)}.</p>"
+    return (f"<h2>Final library: {plural(len(run.library), 'lesson')}</h2><p>{esc(run.library_origin)}.</p>"
             f"{routing}{body}")
 
 

@@ -59,17 +59,17 @@ def headline(run: Run) -> str:
     lessons = len(run.library) if run.library is not None else 0
     unfinished = "" if run.shipped is not None else "So far (the run has not finished): "
     if lessons and run.shipped is None:
-        return f"{unfinished}{_plural(lessons, 'lesson')} in the last completed step's library."
+        return f"{unfinished}{plural(lessons, 'lesson')} in the last completed step's library."
     if lessons and not run.shipped.startswith("the initial"):
-        return f"{_plural(lessons, 'lesson')} shipped: {run.shipped}."
+        return f"{plural(lessons, 'lesson')} shipped: {run.shipped}."
     if f.informative == 0 and f.inductions == 0 and f.reflected == 0:
         why = "no group of rollouts had both better and worse answers, so the reflection had nothing to compare"
     elif f.checked and not f.verified:
-        why = (f"verification kept none of the {_plural(f.checked, 'candidate lesson')} (each re-run on training "
+        why = (f"verification kept none of the {plural(f.checked, 'candidate lesson')} (each re-run on training "
                "examples fixed too few or broke as many)")
     elif f.proposed == 0 and f.induced == 0:
-        why = (f"the reflection proposed none ({_plural(f.reflection_calls, 'reflection call')} on "
-               f"{_plural(f.informative, 'informative group')})")
+        why = (f"the reflection proposed none ({plural(f.reflection_calls, 'reflection call')} on "
+               f"{plural(f.informative, 'informative group')})")
     elif f.dropped >= f.proposed and f.induced == 0:
         which = "the one proposed lesson" if f.proposed == 1 else f"all {f.proposed} proposed lessons"
         why = f"the guard dropped {which}" + (f" ({_reasons(run)})" if run.dropped_because else "")
@@ -89,15 +89,15 @@ def stages(run: Run) -> list[str]:
     reached = (f"{f.reflected} reached the per-group reflection" if extraction else
                "the per-group reflection is off (extraction=False): lessons come from the induction")
     lines = [f"Groups: {f.informative} of {f.groups} had mixed rewards and {f.failed} all failed over "
-             f"{_plural(f.steps, 'step')}; {reached}."]
+             f"{plural(f.steps, 'step')}; {reached}."]
     if extraction:
-        lines.append(f"Proposed: {_plural(f.proposed, 'lesson')}; the guard dropped {f.dropped}"
+        lines.append(f"Proposed: {plural(f.proposed, 'lesson')}; the guard dropped {f.dropped}"
                      + (f" ({_reasons(run)})." if run.dropped_because else "."))
     if f.inductions:
-        lines.append(f"Induced: {f.induced} of {_plural(f.inductions, 'draw')} over sets of failed examples gave a "
+        lines.append(f"Induced: {f.induced} of {plural(f.inductions, 'draw')} over sets of failed examples gave a "
                      "lesson the guard passed.")
     if f.checked:
-        lines.append(f"Verified: {f.verified} of {_plural(f.checked, 'distinct candidate')} fixed more training "
+        lines.append(f"Verified: {f.verified} of {plural(f.checked, 'distinct candidate')} fixed more training "
                      "examples than they broke, by the margin (see Verification).")
     lines.append(f"Edits: {f.applied} applied to a candidate library, {f.refused} refused.")
     if not run.manifest.get("selection_size"):
@@ -109,7 +109,7 @@ def stages(run: Run) -> list[str]:
                      f"{c.get('reason') or 'no reason recorded'}.")
     if run.library is not None:
         lines.append(f"Shipped: {run.shipped or 'not yet (the run has not finished)'}, "
-                     f"{_plural(len(run.library), 'lesson')}.")
+                     f"{plural(len(run.library), 'lesson')}.")
     held_out = held_out_line(run)
     if held_out:
         lines.append(held_out)
@@ -146,5 +146,6 @@ def _reasons(run: Run) -> str:
     return ", ".join(f"{reason} ×{count}" for reason, count in run.dropped_because.most_common())
 
 
-def _plural(count: int, noun: str) -> str:
+def plural(count: int, noun: str) -> str:
+    """``count`` and ``noun``, with an s unless the count is one: "1 lesson", "2 lessons"."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
