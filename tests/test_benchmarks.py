@@ -280,7 +280,11 @@ def test_paired_gain_over_none_with_interval_sign_test_and_no_measurable_change(
     assert (same["wins"], same["losses"], same["delta"], same["p_value"]) == (1, 1, 0.0, 1.0)
     assert not same["significant"] and same["verdict"].startswith("no measurable change")
     table = md.render_table(rows, k=1).splitlines()
-    assert "| +50.0 [" in table[3] and "no measurable change" not in table[3] and "| 10 / 0 | 0.002 |" in table[3]
+    assert "| better: +50.0 [" in table[3] and "no measurable change" not in table[3]
+    assert "| 10 / 0 | 0.002 |" in table[3]
+    rows[1]["vs_none"] = {**better, "delta": -0.5, "ci_low": -1.0, "ci_high": -0.2, "p_value": 0.0004}
+    worse = md.render_table(rows, k=1).splitlines()[3]
+    assert "| worse: -50.0 [" in worse and "| < 0.001 |" in worse
     assert "| +0.0 [" in table[4] and "no measurable change |" in table[4] and "| 1 / 1 | 1.000 |" in table[4]
 
 

@@ -24,7 +24,13 @@ def _delta_cell(vs: dict[str, Any] | None) -> str:
     if vs is None:
         return "-"
     cell = f"{100 * vs['delta']:+.1f} [{100 * vs['ci_low']:+.1f}, {100 * vs['ci_high']:+.1f}]"
-    return cell if vs["significant"] else f"{cell} no measurable change"
+    if not vs["significant"]:
+        return f"{cell} no measurable change"
+    return f"{'better' if vs['delta'] > 0 else 'worse'}: {cell}"
+
+
+def _p_cell(p_value: float) -> str:
+    return "< 0.001" if p_value < 0.001 else f"{p_value:.3f}"
 
 
 def _tokens_cell(row: dict[str, Any]) -> str:
@@ -55,7 +61,7 @@ def render_table(rows: Sequence[dict[str, Any]], k: int) -> str:
         name = row["method"] + (" (ablation)" if row["kind"] == "ablation" else "")
         added = row["added_prompt_tokens"]
         cells = [name, _accuracy_cell(row), _delta_cell(vs), f"{vs['wins']} / {vs['losses']}" if vs else "-",
-                 _fmt(vs["p_value"]) if vs else "-", _tokens_cell(row), _fmt(row["compile_seconds"], 0),
+                 _p_cell(vs["p_value"]) if vs else "-", _tokens_cell(row), _fmt(row["compile_seconds"], 0),
                  _fmt(row["eval_seconds"], 0), "-" if added is None else f"{added:+.0f}"]
         lines.append("| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |")
     return "\n".join(lines)
