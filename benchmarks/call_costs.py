@@ -4,8 +4,10 @@ Two settings of the embedded engine, each with its own servers, measured in the 
 
     whole prompt   greedy calls on a one-slot server that evaluates every prompt whole, stopping at the ChatAdapter's
                    whole end marker (the settings until 2026-12-02: ``greedy_prefix_reuse=False``)
-    prefix reuse   greedy calls that reuse their fixed prefix repeatably (`tfgrpo_dspy.lm.prefix`) and stop at the
-                   marker's first words (`CHAT_ADAPTER_STOP`): the defaults now
+    prefix reuse   greedy calls that reuse their fixed prefix repeatably (`tfgrpo_dspy.lm.prefix`), answers that start
+                   with the first output field's header already written (``prefill_output_header``: evaluated with
+                   the prompt, not decoded) and stop at the marker's first words (`CHAT_ADAPTER_STOP`): the
+                   defaults now
 
 Sampled rollouts go to the 4-slot batched server, which reuses cached prefixes in both settings.
 
@@ -60,8 +62,8 @@ logger = logging.getLogger(__name__)
 
 RESULTS = Path(__file__).parent / "results"
 # The engine options and the stop string of each setting.
-SETTINGS = {"whole prompt": ({"greedy_prefix_reuse": False}, CHAT_ADAPTER_END_MARKER),
-            "prefix reuse": ({"greedy_prefix_reuse": True}, CHAT_ADAPTER_STOP)}
+SETTINGS = {"whole prompt": ({"greedy_prefix_reuse": False, "prefill_output_header": False}, CHAT_ADAPTER_END_MARKER),
+            "prefix reuse": ({"greedy_prefix_reuse": True, "prefill_output_header": True}, CHAT_ADAPTER_STOP)}
 SEED = 7  # tickets and GSM8K rows for timing only: no figure here chooses a default or reports accuracy
 
 

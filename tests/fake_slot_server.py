@@ -14,7 +14,8 @@ class Slot:
 class LcpSlotServer:
     """A server with llama.cpp's prompt-cache rules, whose answers depend on how the KV was computed.
 
-    The prompt is rendered with a ChatML template, one character per token. A request goes to the slot
+    The prompt is rendered with a ChatML template, one character per token; a final assistant message is
+    continued (a prefill), and the answer starts with it, as llama.cpp returns it. A request goes to the slot
     ``id_slot`` names (else slot 0). With ``cache_prompt`` the slot keeps the longest common prefix of its
     tokens and the new prompt (at least one token is always evaluated), else it starts empty. Every token's
     KV records the batch that computed it, and the answer is a hash of the prompt and those batches: like
@@ -31,8 +32,10 @@ class LcpSlotServer:
 
     @staticmethod
     def render(messages: list[dict]) -> list[str]:
-        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
-        return list(text + "<|im_start|>assistant\n")
+        prefill = messages[-1]["content"] if messages and messages[-1]["role"] == "assistant" else None
+        turns = messages[:-1] if prefill is not None else messages
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in turns)
+        return list(text + "<|im_start|>assistant\n" + (prefill or ""))
 
     def handle_chat_completions(self, payload: dict) -> dict:
         self.payloads.append(payload)
@@ -48,13 +51,20 @@ class LcpSlotServer:
         slot.tokens = prompt[:]
         slot.batches = slot.batches[:reused] + [(reused, len(prompt))] * (len(prompt) - reused)
         digest = hashlib.sha256(repr((prompt, slot.batches)).encode()).hexdigest()[:8]
-        text = "" if payload.get("max_tokens") == 0 else f"[[ ## answer ## ]]\n{digest}\n\n[[ ## completed ## ]]"
+        last = payload["messages"][-1]
+        prefill = last["content"] if last["role"] == "assistant" else None
+        if payload.get("max_tokens") == 0:
+            text = ""
+        elif prefill is not None:
+            text = f" {digest}\n\n[[ ## completed ## ]]"
+        else:
+            text = f"[[ ## answer ## ]]\n{digest}\n\n[[ ## completed ## ]]"
         slot.tokens += list(text)
         slot.batches += [(len(prompt) + i, len(prompt) + i + 1) for i in range(len(text))]
         if text:
             self.saved = (slot.tokens[:], slot.batches[:])
         cache_n = reused
-        self.replies.append({"choices": [{"finish_reason": "stop", "message": {"content": text}}],
+        self.replies.append({"choices": [{"finish_reason": "stop", "message": {"content": (prefill or "") + text}}],
                 "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(text),
                           "prompt_tokens_details": {"cached_tokens": cache_n}},
                 "timings": {"cache_n": cache_n, "prompt_n": len(prompt) - reused}})

@@ -485,6 +485,21 @@ def test_a_run_directory_refuses_another_comparison(tmp_path, gsm_source, gsm_bu
                                          {"gsm8k": split}))
 
 
+def test_a_run_directory_refuses_runs_of_an_engine_that_answers_differently(tmp_path, gsm_source, gsm_budget):
+    """Records made before the engine prefilled the answer's header must not be paired with records made after."""
+    from tfgrpo_dspy.lm import local_lm
+
+    split = splits.gsm8k_split(gsm_source, gsm_budget, seed=0)
+    store = run_store.RunStore(tmp_path / "runs")
+    with_prefill = run_store.engine_state(local_lm())
+    assert with_prefill["prefill_output_header"] is True
+    assert store.open(run_store.runs_manifest("gsm8k", gsm_budget, "local", {"gsm8k": split}, with_prefill)) == 0
+    without = run_store.engine_state(local_lm(prefill_output_header=False))
+    with pytest.raises(ValueError, match="engine differ"):
+        store.open(run_store.runs_manifest("gsm8k", gsm_budget, "local", {"gsm8k": split}, without))
+    assert run_store.engine_state(dspy.LM("openai/gpt-4o-mini")) is None
+
+
 def test_lm_options_parse_from_the_command_line():
     assert cli.parse_lm_option("n_parallel=2") == ("n_parallel", 2)
     assert cli.parse_lm_option("temperature=0.5") == ("temperature", 0.5)

@@ -25,6 +25,7 @@ from dspy.lm15 import (
     ThinkingPart,
     UnsupportedFeatureError,
 )
+from dspy.utils.exceptions import AdapterParseError
 
 from tfgrpo_dspy.lm import LlamaCppEngine, local_lm, make_lm
 from tfgrpo_dspy.lm import weights as weights_module
@@ -301,7 +302,63 @@ def test_predict_through_engine_reports_usage_and_history():
     sent = server.payloads[-1]
     assert sent["temperature"] == 0.0 and sent["max_tokens"] == 50
     assert sent["stop"] == ["[[ ## completed ## ]]"]
-    assert "6*7?" in sent["messages"][-1]["content"]
+    assert "6*7?" in sent["messages"][-2]["content"]
+    # The answer starts with the header the ChatAdapter asks for, evaluated with the prompt, not decoded.
+    assert sent["messages"][-1] == {"role": "assistant", "content": "[[ ## answer ## ]]"}
+
+
+class ContinuingServer(FakeServer):
+    """Like llama.cpp with a final assistant message: continues it; returns it with the continuation or not."""
+
+    def __init__(self, returns_prefill: bool):
+        super().__init__()
+        self.returns_prefill = returns_prefill
+
+    def handle_chat_completions(self, payload: dict) -> dict:
+        self.payloads.append(payload)
+        last = payload["messages"][-1]
+        written = last["content"] if last["role"] == "assistant" else "[[ ## answer ## ]]"
+        continuation = " 42\n\n"
+        content = written + continuation if self.returns_prefill or last["role"] != "assistant" else continuation
+        return {**RAW_OK, "choices": [{"finish_reason": "stop", "message": {"content": content}}]}
+
+
+@pytest.mark.parametrize("returns_prefill", [True, False])
+def test_prefilled_header_is_part_of_the_parsed_answer_once(returns_prefill):
+    server = ContinuingServer(returns_prefill)
+    lm = _lm_with(server, temperature=0.0)
+    with dspy.context(lm=lm):
+        prediction = dspy.Predict("question -> answer")(question=f"6*7? {uuid.uuid4()}")
+    assert prediction.answer == "42"
+    assert lm.history[-1]["outputs"] == ["[[ ## answer ## ]] 42\n\n"]
+
+
+def test_prefill_names_the_first_output_field_and_only_for_chat_adapter_prompts():
+    server = FakeServer()
+    lm = _lm_with(server, temperature=0.0)
+    # The fake answers only `answer` in ChatAdapter format, so both calls fail to parse; only the first
+    # request each sends matters here (the prefix server's resets, which decode nothing, aside).
+    def first_answered(payloads: list[dict]) -> dict:
+        return next(payload for payload in payloads if payload.get("max_tokens") != 0)
+
+    with dspy.context(lm=lm), pytest.raises(AdapterParseError):
+        dspy.ChainOfThought("question -> answer")(question=f"6*7? {uuid.uuid4()}")
+    assert first_answered(server.payloads)["messages"][-1] == {"role": "assistant", "content": "[[ ## reasoning ## ]]"}
+    sent = len(server.payloads)
+    with dspy.context(lm=lm, adapter=dspy.JSONAdapter()), pytest.raises(AdapterParseError):
+        dspy.Predict("question -> answer")(question=f"6*7? {uuid.uuid4()}")
+    assert first_answered(server.payloads[sent:])["messages"][-1]["role"] == "user"
+
+
+def test_prefill_can_be_turned_off_and_survives_save_and_load():
+    server = FakeServer()
+    engine = LlamaCppEngine(prefill_output_header=False, registry=ServerRegistry(factory=lambda settings: server))
+    lm = dspy.LM("local/qwen2.5-coder-1.5b", engine=engine, temperature=0.0)
+    with dspy.context(lm=lm):
+        assert dspy.Predict("question -> answer")(question=f"6*7? {uuid.uuid4()}").answer == "42"
+    assert server.payloads[-1]["messages"][-1]["role"] == "user"
+    assert LlamaCppEngine.load_state(engine.dump_state()).prefill_output_header is False
+    assert local_lm(prefill_output_header=False).engine.prefill_output_header is False
 
 
 def test_rollout_copies_are_not_collapsed_by_the_cache():

@@ -78,6 +78,30 @@ def test_the_prefix_is_reused_and_the_reset_evaluates_only_the_last_turn():
     assert all(p["cache_prompt"] is True for p in inner.payloads if p.get("max_tokens") != 0)
 
 
+def prefilled(request: dict, header: str = "[[ ## answer ## ]]") -> dict:
+    return {**request, "messages": [*request["messages"], {"role": "assistant", "content": header}]}
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_a_prefilled_answer_reuses_its_prefix_and_does_not_depend_on_history(slots):
+    """A request whose answer starts written (the engine's header prefill) ends with an assistant message:
+    its prefix is still every message before its user turn, reset and reused the same way."""
+    answers = {}
+    for name, history in HISTORIES.items():
+        inner = LcpSlotServer(slots=slots)
+        server = RepeatablePrefixServer(inner, slots=slots)
+        for earlier in history:
+            answer(server, prefilled(earlier))
+        reply = server.handle_chat_completions(prefilled(REQUEST))
+        answers[name] = reply["choices"][0]["message"]["content"]
+        assert answers[name].startswith("[[ ## answer ## ]] ")
+        system_turn = len("".join(LcpSlotServer.render(REQUEST["messages"][:1]))) - len("assistant\n")
+        assert reply["timings"]["cache_n"] == system_turn
+        assert inner.payloads[-2]["max_tokens"] == 0 and inner.payloads[-2]["messages"] == REQUEST["messages"][:1]
+    assert len(set(answers.values())) == 1, answers
+    assert answers["fresh"] != answer(RepeatablePrefixServer(LcpSlotServer()), REQUEST)  # the prefill is sent
+
+
 def test_an_unexpected_reuse_is_served_from_scratch_with_a_warning(caplog):
     """A server that swaps in another request's state (a RAM prompt cache) is caught by llama.cpp's cache_n."""
     inner = LcpSlotServer(ram_cache=True)

@@ -24,7 +24,7 @@ from comparison.plot import write_plot
 from comparison.presets import ABLATIONS, PRESETS, Budget
 from comparison.records import MethodResult
 from comparison.run import run_comparison
-from comparison.store import RunStore, runs_manifest
+from comparison.store import RunStore, engine_state, runs_manifest
 from comparison.summary import flip_line, repeatability
 from tfgrpo_dspy.kits.math.data import GSM8K_HUB_ID
 
@@ -161,11 +161,11 @@ def main(argv: Sequence[str] | None = None, doc: str = __doc__ or "") -> int:
     splits = build_splits(args, budget)
     stem = args.stem or f"compare_{args.preset}"
     store = RunStore(args.runs or args.out_dir / f"{stem}.runs")
-    finished = store.open(runs_manifest(args.preset, budget, args.lm, splits))
+    lm = build_lm(args.lm, budget.lm_options)
+    finished = store.open(runs_manifest(args.preset, budget, args.lm, splits, engine_state(lm)))
     if finished:
         logger.info("resuming: %d method record(s) in %s are reused", finished, store.root)
     command = shlex.join(["python", *(sys.argv if argv is None else ["benchmarks/compare.py", *argv])])
-    lm = build_lm(args.lm, budget.lm_options)
     facts = RunFacts(args.preset, budget, args.lm, command, git_revision(), started, round(load_start, 2),
                      throughput_at_start(lm), store.root)
     dspy.configure(lm=lm)

@@ -95,15 +95,27 @@ class RunStore:
         return load_program(split.make_program(), self._base(split.task, method, seed).with_suffix(".program.json"))
 
 
-def runs_manifest(preset: str, budget: Budget, lm_spec: str, splits: dict[str, Split]) -> dict[str, Any]:
-    """What every record of a run directory depends on (seeds and the method list may grow between runs)."""
+def runs_manifest(preset: str, budget: Budget, lm_spec: str, splits: dict[str, Split],
+                  engine: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What every record of a run directory depends on (seeds and the method list may grow between runs).
+
+    ``engine`` is the embedded model engine's state (`LlamaCppEngine.dump_state`), None for any other LM: the
+    same ``--lm local`` answers differently when the engine serves it differently (a prefill, no prefix reuse).
+    """
     # Seeds and methods may grow between runs; the repeat and the gate checks add records, never change one.
     settings = {key: value for key, value in asdict(budget).items()
                 if key not in ("seeds", "methods", "repeat_none", "gate_checks")}
     data = {task: {"source": s.source, "sha256": _sha([[e.toDict() for e in part]
                                                       for part in (s.train, s.selection, s.test)])}
             for task, s in splits.items()}
-    return {"format": RUNS_FORMAT, "version": 1, "preset": preset, "lm": lm_spec, "budget": settings, "data": data}
+    return {"format": RUNS_FORMAT, "version": 1, "preset": preset, "lm": lm_spec, "engine": engine,
+            "budget": settings, "data": data}
+
+
+def engine_state(lm: Any) -> dict[str, Any] | None:
+    """The state of ``lm``'s engine when it has one that can say it (the embedded model's), else None."""
+    dump_state = getattr(getattr(lm, "engine", None), "dump_state", None)
+    return dump_state() if callable(dump_state) else None
 
 
 def _sha(data: Any) -> str:

@@ -8,6 +8,7 @@ OpenAI-style chat payload and its answer back into a canonical response.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -50,6 +51,11 @@ GREEDY_REPLICAS = 2
 # How long a sampled request waits for partners with the same prompt (`tfgrpo_dspy.lm.coalesce`): the G
 # rollouts of a group are sent from G threads within microseconds of each other; a call takes seconds.
 COALESCE_WINDOW_S = 0.05
+# DSPy's ChatAdapter ends every user turn by naming the field the answer starts with. Writing that header
+# into the answer (a prefill: llama.cpp continues a final assistant message) evaluates its ~5 tokens with
+# the prompt instead of decoding them one at a time. The header has no trailing newline: this model often
+# writes the value on the header's line, and a forced newline changed its answer where none did not.
+_CHAT_ADAPTER_FIRST_FIELD = re.compile(r"starting with the field `(\[\[ ## [^`\n]+? ## \]\])`")
 
 
 class LlamaCppEngine:
@@ -71,7 +77,8 @@ class LlamaCppEngine:
     requests side by side, each one at a time, with the same answers (`tfgrpo_dspy.lm.replicas`).
     With ``coalesce_samples`` (the default), sampled requests equal but for their seed that arrive together
     (a group's rollouts) are sent as one request with n completions, so their prompt is evaluated once
-    (`tfgrpo_dspy.lm.coalesce`).
+    (`tfgrpo_dspy.lm.coalesce`). With ``prefill_output_header`` (the default), the answer to a DSPy
+    ChatAdapter prompt starts with the header of its first output field already written (`add_output_header_prefill`).
     """
 
     def __init__(
@@ -85,6 +92,7 @@ class LlamaCppEngine:
         greedy_prefix_reuse: bool = True,
         coalesce_samples: bool = True,
         greedy_replicas: int = GREEDY_REPLICAS,
+        prefill_output_header: bool = True,
         registry: ServerRegistry | None = None,
     ) -> None:
         if isinstance(greedy_replicas, bool) or not isinstance(greedy_replicas, int) or greedy_replicas < 1:
@@ -95,6 +103,7 @@ class LlamaCppEngine:
         self.repeatable_greedy = repeatable_greedy
         self.greedy_prefix_reuse = greedy_prefix_reuse
         self.greedy_replicas = greedy_replicas
+        self.prefill_output_header = prefill_output_header
         # No RAM prompt cache on the greedy server: it would swap in a slot state computed by another request.
         # Replicas need the repeatable prefix server, which serves each one request at a time.
         self.greedy_settings = replace(self.settings, n_parallel=GREEDY_PREFIX_SLOTS if greedy_prefix_reuse else 1,
@@ -106,6 +115,7 @@ class LlamaCppEngine:
     def complete(self, request: Request) -> Response:
         validate_request(request)
         payload = build_chat_payload(request)
+        header = add_output_header_prefill(payload) if self.prefill_output_header else None
         settings = self.settings
         if self.repeatable_greedy and not payload.get("temperature"):
             settings = self.greedy_settings
@@ -116,7 +126,7 @@ class LlamaCppEngine:
             raw = server.handle_chat_completions(payload)
         except Exception as exc:  # the native server reports failures as RuntimeError
             raise ServerError(f"llama.cpp server failed: {exc}", provider=PROVIDER) from exc
-        return parse_chat_response(raw, model=self.settings.model)
+        return parse_chat_response(raw, model=self.settings.model, prefill=header)
 
     def stream(self, request: Request) -> Iterator[Any]:
         return response_to_events(self.complete(request))
@@ -151,6 +161,7 @@ class LlamaCppEngine:
             "greedy_prefix_reuse": self.greedy_prefix_reuse,
             "coalesce_samples": self.coalesce_samples,
             "greedy_replicas": self.greedy_replicas,
+            "prefill_output_header": self.prefill_output_header,
         }
 
     @classmethod
@@ -214,6 +225,19 @@ def build_chat_payload(request: Request) -> dict[str, Any]:
     return payload
 
 
+def add_output_header_prefill(payload: dict[str, Any]) -> str | None:
+    """Append the header of the first output field a DSPy ChatAdapter prompt asks for as the start of the
+    answer (a final assistant message the server continues); the header, or None for any other prompt."""
+    messages = payload["messages"]
+    if not messages or messages[-1]["role"] != "user":
+        return None
+    asked = _CHAT_ADAPTER_FIRST_FIELD.findall(messages[-1]["content"])
+    if not asked:
+        return None
+    messages.append({"role": "assistant", "content": asked[-1]})
+    return asked[-1]
+
+
 def _system_text(system: str | tuple) -> str:
     if isinstance(system, str):
         return system
@@ -242,8 +266,9 @@ def _text_of(part: Any, *, where: str) -> str:
     return part.text
 
 
-def parse_chat_response(raw: dict[str, Any], *, model: str) -> Response:
-    """A canonical response (text, finish reason, token usage) from the server's answer."""
+def parse_chat_response(raw: dict[str, Any], *, model: str, prefill: str | None = None) -> Response:
+    """A canonical response (text, finish reason, token usage) from the server's answer; ``prefill`` is the start
+    of the answer the request wrote itself, which llama.cpp returns as part of the text."""
     if not isinstance(raw, dict):
         raise ServerError(f"llama.cpp server returned {type(raw).__name__}, expected a dict", provider=PROVIDER)
     if "error" in raw:
@@ -256,7 +281,10 @@ def parse_chat_response(raw: dict[str, Any], *, model: str) -> Response:
     parts: list[Any] = []
     if message.get("reasoning_content"):
         parts.append(ThinkingPart(message["reasoning_content"]))
-    parts.append(TextPart(message.get("content") or ""))
+    text = message.get("content") or ""
+    if prefill and not text.startswith(prefill):
+        text = prefill + text  # a server that returns only the continuation
+    parts.append(TextPart(text))
     finish_reason = choice.get("finish_reason")
     if finish_reason not in _FINISH_REASONS:
         logger.debug("Unknown llama.cpp finish_reason %r read as 'stop'", finish_reason)

@@ -32,6 +32,7 @@ def local_lm(
     greedy_prefix_reuse: bool = True,
     coalesce_samples: bool = True,
     greedy_replicas: int = GREEDY_REPLICAS,
+    prefill_output_header: bool = True,
     temperature: float = 0.0,
     max_tokens: int = 1024,
     **lm_kwargs: Any,
@@ -43,15 +44,17 @@ def local_lm(
     ``repeatable_greedy`` greedy calls repeat exactly: each is served alone, reusing its prefix repeatably
     (``greedy_prefix_reuse``), on ``greedy_replicas`` servers side by side (see `LlamaCppEngine`). With
     ``coalesce_samples`` sampled calls with the same prompt sent together
-    share one evaluation of it. Generation stops at DSPy's ChatAdapter end marker unless ``stop=``
-    says otherwise.
+    share one evaluation of it. With ``prefill_output_header`` the answer to a ChatAdapter prompt starts
+    with its first output field's header already written, evaluated with the prompt instead of decoded.
+    Generation stops at DSPy's ChatAdapter end marker unless ``stop=`` says otherwise.
     """
     if model not in MODELS:
         raise ValueError(f"model must be one of {sorted(MODELS)}, got {model!r}")
     lm_kwargs.setdefault("stop", [CHAT_ADAPTER_STOP])
     engine = LlamaCppEngine(model, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads,
                             repeatable_greedy=repeatable_greedy, greedy_prefix_reuse=greedy_prefix_reuse,
-                            coalesce_samples=coalesce_samples, greedy_replicas=greedy_replicas)
+                            coalesce_samples=coalesce_samples, greedy_replicas=greedy_replicas,
+                            prefill_output_header=prefill_output_header)
     return dspy.LM(f"{PROVIDER}/{model}", engine=engine, temperature=temperature, max_tokens=max_tokens, **lm_kwargs)
 
 

@@ -5,7 +5,7 @@ leaves depends on how many tokens were evaluated with it. A prompt cache that re
 held before therefore makes an answer depend on the previous request: measured here, 15 of 100 greedy
 ticket answers changed between two identical runs. This module keeps the reuse and removes the history:
 
-    reset    the request's prefix (every message but the last) is sent alone, with no tokens to decode,
+    reset    the request's prefix (every message before its last user turn) is sent alone, with no tokens to decode,
              to the slot that holds that prefix. A prefix no slot holds is evaluated from an empty cache
              (``cache_prompt=False``) in the least recently used slot; in its own slot, the server keeps
              the tokens the prefix shares with the slot (up to the role token where the last request's own
@@ -89,14 +89,15 @@ class RepeatablePrefixServer:
             if prefix in self._unreusable:
                 return self._from_scratch(request)
             base = self._base_of(messages)
+            turns = messages[:_last_turn_start(messages)]
             if prefix in self._held:
                 slot = self._held.pop(prefix)
-                reset = self._reset(messages[:-1], slot, cache=True)
+                reset = self._reset(turns, slot, cache=True)
             elif base is not None and base not in self._unreusable_bases:
-                slot, reset = self._evaluate_on_base(base, messages[:-1])
+                slot, reset = self._evaluate_on_base(base, turns)
             else:
                 slot = self._free_slot()
-                reset = self._reset(messages[:-1], slot, cache=False)
+                reset = self._reset(turns, slot, cache=False)
             if "error" in reset:
                 return self._from_scratch(request, slot)
             answer = self.server.handle_chat_completions({**request, "cache_prompt": True, "id_slot": slot})
@@ -180,11 +181,22 @@ class RepeatablePrefixServer:
 
 
 def _prefix_key(request: dict[str, Any]) -> str | None:
-    """Every message but the last, as a key; None when the last message is not the user's."""
-    messages = request.get("messages") or []
-    if len(messages) < 2 or messages[-1].get("role") != "user":
+    """Every message before the last user turn, as a key; None when there is no such turn or nothing before it."""
+    start = _last_turn_start(request.get("messages") or [])
+    if not start:
         return None
-    return json.dumps(messages[:-1], sort_keys=True, ensure_ascii=False)
+    return json.dumps(request["messages"][:start], sort_keys=True, ensure_ascii=False)
+
+
+def _last_turn_start(messages: list[dict[str, Any]]) -> int | None:
+    """Where the request's own turn starts: its last message if the user's, or the user message before an
+    assistant message the answer continues (a prefill, `tfgrpo_dspy.lm.engine.add_output_header_prefill`)."""
+    roles = [message.get("role") for message in messages[-2:]]
+    if roles[-1:] == ["user"]:
+        return len(messages) - 1
+    if roles == ["user", "assistant"]:
+        return len(messages) - 2
+    return None
 
 
 def _cached_tokens(answer: dict[str, Any]) -> int | None:
