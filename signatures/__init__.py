@@ -6,6 +6,7 @@ package by ``pyproject.toml``), so review and change them here like any other co
 
     summarize.SummarizeRollout   one attempt -> what it did, which lessons it used, where it diverged
     extract.ExtractLesson        a group of scored attempts -> at most a few general lessons, or none
+    extract.ExtractLessonLines   the same, the lessons written one per line instead of as a JSON list
     induce.InduceLesson          several failed inputs at once -> one candidate rule (verified before use)
     update.UpdateLibrary         the step's clustered proposals + the library -> the final edits
     rewrite.GeneralizeLesson     a lesson that restates its example -> the strategy behind it
@@ -15,7 +16,7 @@ To try a prompt of your own, pass a Signature with the same field names:
 ``TrainingFreeGRPO(..., signatures={"extract": MyExtractLesson})``.
 """
 
-from tfgrpo_dspy.signatures.extract import ExtractLesson, ProposedLesson
+from tfgrpo_dspy.signatures.extract import ExtractLesson, ExtractLessonLines, ProposedLesson
 from tfgrpo_dspy.signatures.induce import InduceLesson
 from tfgrpo_dspy.signatures.rewrite import GeneralizeLesson, ShortenLesson
 from tfgrpo_dspy.signatures.summarize import SummarizeRollout
@@ -23,6 +24,7 @@ from tfgrpo_dspy.signatures.update import UpdateLibrary
 
 __all__ = [
     "ExtractLesson",
+    "ExtractLessonLines",
     "GeneralizeLesson",
     "InduceLesson",
     "ProposedLesson",

@@ -44,3 +44,13 @@ class ExtractLesson(dspy.Signature):
     misleading: list[str] = dspy.OutputField(desc="ids of existing lessons that misled the worse attempts, such as "
                                              "['E3']; [] if none")
     useful: list[str] = dspy.OutputField(desc="ids of existing lessons the better attempts followed; [] if none")
+
+
+# The same comparison with the lessons written as lines instead of a JSON list of objects: the JSON schema the
+# ChatAdapter puts in the prompt for list[ProposedLesson], and the keys and quotes of the answer, cost tokens on
+# every call. `benchmarks/extract_format.py` measures both on the same groups.
+ExtractLessonLines = ExtractLesson.with_updated_fields(
+    "lessons", type_=str,
+    desc="0 to max_lessons general lessons, one per line, each 'When <condition>, <action>.', ending with "
+         "'(replaces E3)' when it corrects or sharpens that existing lesson; the word none when there is none",
+)

@@ -886,3 +886,54 @@ def test_lesson_prefix_compares_whole_prefixes_with_bases_answer_by_answer(monke
     # Every call reached the model (DSPy's cache off): the two load calls, then both workloads once.
     assert [len(lm.engine.calls) for lm in made] == [2 + candidates["calls"] + top_1["calls"]] * 3
     assert "flips between the two base runs" in (tmp_path / "lp.md").read_text()
+
+
+def test_extract_format_replays_a_runs_groups_in_both_formats(monkeypatch, tmp_path, gsm_source):
+    """Every group the run sent to extraction is extracted once per format, with the row's reference; the
+    line format's unreadable lines and the JSON format's lessons are counted from the model's real answers."""
+    from tfgrpo_dspy import TrainingFreeGRPO
+    from tfgrpo_dspy.kits.math.data import load_gsm8k
+
+    bench = load_script("extract_format")
+    trainset = load_gsm8k(gsm_source, split="train")[:3]
+    attempts = Counter()
+
+    def run_script(call):
+        reply = default_reflection(call)
+        if reply is not None:
+            return reply
+        attempts[call.inputs["problem"]] += 1
+        return {"reasoning": "add", "answer": "0" if attempts[call.inputs["problem"]] % 2 else "wrong"}
+
+    log = tmp_path / "log"
+    with dspy.context(lm=scripted_lm(run_script)):
+        TrainingFreeGRPO(lambda e, p, t=None: float(p.answer == e.answer or p.answer == "0"), group_size=2,
+                         epochs=1, num_threads=1, progress=False, extraction=True, induction=False, verify=False,
+                         summarize=False, log_dir=str(log), reference_fields=["answer", "solution"]
+                         ).compile(dspy.ChainOfThought("problem -> answer"), trainset=trainset)
+    sent = sorted((log / "steps" / "0001" / "proposals").glob("ex*.json"))
+    assert sent
+    seen = []
+
+    def extraction_script(call):
+        seen.append(call)
+        if "list[ProposedLesson]" in call.system:
+            return {"difference": "d", "lessons": [{"condition": "a number is added", "action": "add it"}],
+                    "misleading": [], "useful": []}
+        return {"difference": "d", "lessons": "When a number is added, add it.\nThink.", "misleading": [],
+                "useful": []}
+
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench, "make_lm", lambda spec, **kwargs: scripted_lm(extraction_script))
+    assert bench.main(["--log", str(log), "--gsm8k", gsm_source, "--stem", "ef"]) == 0
+    report = json.loads((tmp_path / "ef.json").read_text())
+    json_row, lines_row = report["rows"]
+    assert json_row["extractions"] == lines_row["extractions"] == len(sent) == len(seen) // 2
+    assert (json_row["lessons"], json_row["unparsed_lines"]) == (len(sent), 0)
+    assert (lines_row["lessons"], lines_row["unparsed_lines"]) == (len(sent), len(sent))
+    assert json_row["failed"] == lines_row["failed"] == 0 and json_row["extra_calls"] == 0
+    assert all("#### " not in call.inputs["reference"] and "answer:" in call.inputs["reference"] for call in seen)
+    assert "| lines |" in (tmp_path / "ef.md").read_text()
+    # A rerun reuses every finished extraction.
+    assert bench.main(["--log", str(log), "--gsm8k", gsm_source, "--stem", "ef"]) == 0
+    assert len(seen) == 2 * len(sent)

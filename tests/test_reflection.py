@@ -1,8 +1,11 @@
 """Reflection a small model can do: references, one structured lesson or none, the guard, the update rules."""
 
+import json
+
 import dspy
 import pytest
 from scripted import default_reflection, scripted_lm
+from tfgrpo_dspy.signatures import ExtractLessonLines
 
 from tfgrpo_dspy import ExperienceLibrary, TrainingFreeGRPO
 from tfgrpo_dspy.inference.rollouts import GroupOutcome, Rollout
@@ -16,11 +19,13 @@ from tfgrpo_dspy.reflection.lessons import (
     vague_condition,
 )
 from tfgrpo_dspy.reflection.reflection import (
+    RawLesson,
     ReflectionSignatures,
     Reflector,
     clip_middle,
     format_attempts,
     format_outcome,
+    parse_lesson_lines,
 )
 
 # Problems and lessons from real runs of the embedded 1.5B model (benchmarks/results, the demo, issue #11).
@@ -247,3 +252,59 @@ def test_clip_middle_keeps_both_ends_within_the_limit():
     assert len(clipped) == 1000 and clipped.startswith("START") and clipped.endswith(" END")
     assert "characters omitted" in clipped
     assert clip_middle("short", 1000) == "short" and clip_middle(text, None) == text
+
+
+def test_lesson_lines_parse_into_conditions_actions_and_replaced_ids():
+    text = ("1. When a price is given per item, multiply it by the count first.\n"
+            "- when durations mix hours and minutes, convert them to minutes (replaces E3).\n"
+            "When a total is split, divide it (replaces [E12])\n"
+            "none\n\n"
+            "Always check the units.")
+    lessons, unparsed = parse_lesson_lines(text)
+    assert lessons == [("a price is given per item", "multiply it by the count first", None),
+                       ("durations mix hours and minutes", "convert them to minutes", "E3"),
+                       ("a total is split", "divide it", "E12")]
+    assert unparsed == ["Always check the units."]
+    assert parse_lesson_lines("none") == ([], []) and parse_lesson_lines("") == ([], [])
+
+
+def test_the_line_format_extraction_reads_lessons_and_keeps_what_it_could_not_read():
+    seen = []
+
+    def script(call):
+        if call.kind == "extract":
+            seen.append(call)
+            return {"difference": "d", "lessons": "When a price is cut then raised, apply each change in turn "
+                    "(replaces E1).\nCheck twice.", "misleading": [], "useful": ["E1"]}
+        return default_reflection(call)
+
+    library = ExperienceLibrary.from_texts(["When a, do b."], max_words=32)
+    reflector = Reflector(scripted_lm(script), signatures=ReflectionSignatures(extract=ExtractLessonLines))
+    extraction, error, _ = reflector.extract(COFFEE, "answer: 87", GroupOutcome(0, rollouts([1.0, 0.0])), {},
+                                             library, max_lessons=1, max_words=32)
+    assert error is None and extraction.useful == [1]
+    assert extraction.lessons == [RawLesson("a price is cut then raised", "apply each change in turn", 1)]
+    assert extraction.unparsed == ["Check twice."]
+    assert "[[ ## lessons ## ]]\n{lessons}\n\n[[ ## misleading" in seen[0].system  # no JSON schema for the lessons
+
+
+def test_a_compile_with_the_line_format_records_lines_it_could_not_read(tmp_path):
+    def script(call):
+        if call.kind == "extract":
+            return {"difference": "d", "lessons": "When a question adds two numbers, add them.\nBe careful.",
+                    "misleading": [], "useful": []}
+        reply = default_reflection(call)
+        if reply is not None:
+            return reply
+        return {"answer": "4" if call.number % 2 else "5"}
+
+    trainset = [dspy.Example(question=f"What is {i} + 2?", answer="4").with_inputs("question") for i in range(2)]
+    with dspy.context(lm=scripted_lm(script)):
+        TrainingFreeGRPO(lambda e, p, t=None: float(p.answer == e.answer), group_size=4, epochs=1,
+                         num_threads=1, progress=False, extraction=True, induction=False, verify=False,
+                         log_dir=str(tmp_path), signatures={"extract": ExtractLessonLines}
+                         ).compile(dspy.Predict("question -> answer"), trainset=trainset)
+    proposals = [json.loads(p.read_text()) for p in (tmp_path / "steps" / "0001" / "proposals").glob("*.json")]
+    assert proposals and all(p["raw_count"] == 2 for p in proposals)
+    assert all(p["dropped"][0] == {"line": "Be careful.", "dropped_because": "not 'When <condition>, <action>.'"}
+               for p in proposals)

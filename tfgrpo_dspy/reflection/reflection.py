@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -237,6 +238,30 @@ class Extraction:
     lessons: list[RawLesson]
     misleading: list[int]
     useful: list[int]
+    unparsed: list[str] = field(default_factory=list)  # lesson lines not in the 'When <condition>, <action>.' form
+
+
+# One lesson line of `ExtractLessonLines`: "When <condition>, <action>." with an optional "(replaces E3)",
+# after any list bullet or number the model puts before it.
+_LESSON_LINE = re.compile(r"^(?:[-*\u2022]|\d+[.)])?\s*when\s+(?P<condition>.+?),\s*(?P<action>.+?)\s*"
+                          r"(?:\(\s*replaces\s+\[?(?P<replaces>E?\d+)\]?\s*\)\s*)?\.?$", re.IGNORECASE)
+_NO_LESSON = {"", "none", "none.", "[]", "n/a"}
+
+
+def parse_lesson_lines(text: str) -> tuple[list[tuple[str, str, str | None]], list[str]]:
+    """The (condition, action, replaced id) of each 'When <condition>, <action>.' line, and the lines that
+    are not of that form (the word none and blank lines are neither)."""
+    lessons, unparsed = [], []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.lower() in _NO_LESSON:
+            continue
+        match = _LESSON_LINE.match(line)
+        if match is None:
+            unparsed.append(line)
+        else:
+            lessons.append((match["condition"].strip(), match["action"].strip().rstrip("."), match["replaces"]))
+    return lessons, unparsed
 
 
 class Reflector:
@@ -352,14 +377,19 @@ class Reflector:
         )
         if prediction is None:
             return None, error, usage
+        if isinstance(prediction.lessons, str):  # a line format such as ExtractLessonLines
+            items, unparsed = parse_lesson_lines(prediction.lessons)
+        else:
+            items, unparsed = [], []
+            for item in list(prediction.lessons or []):
+                data = item.model_dump() if hasattr(item, "model_dump") else dict(item)
+                items.append((str(data.get("condition") or ""), str(data.get("action") or ""), data.get("replaces")))
         lessons = []
-        for item in list(prediction.lessons or [])[:max_lessons]:
-            data = item.model_dump() if hasattr(item, "model_dump") else dict(item)
-            replaces = parse_ids([data.get("replaces")], library) if data.get("replaces") is not None else []
-            lessons.append(RawLesson(str(data.get("condition") or ""), str(data.get("action") or ""),
-                                     replaces[0] if replaces else None))
+        for condition, action, replaced in items[:max_lessons]:
+            replaces = parse_ids([replaced], library) if replaced is not None else []
+            lessons.append(RawLesson(condition, action, replaces[0] if replaces else None))
         return Extraction(str(prediction.difference or ""), lessons, parse_ids(prediction.misleading, library),
-                          parse_ids(getattr(prediction, "useful", None), library)), None, usage
+                          parse_ids(getattr(prediction, "useful", None), library), unparsed), None, usage
 
     def induce(self, failures_text: str, sample: int, temperature: float) -> tuple[RawLesson | None, str | None, Usage]:
         """One candidate rule for several failed inputs; ``sample`` numbers the draws of one induction, so

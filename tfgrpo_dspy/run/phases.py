@@ -117,7 +117,9 @@ class Phases:
         if extraction is None:
             return Proposal(i, error=error, usage=usage)
         material = self.ctx.material(i, group)
-        lessons, dropped = [], []
+        lessons = []
+        dropped = [{"line": line, "dropped_because": "not 'When <condition>, <action>.'"}
+                   for line in extraction.unparsed]
         for raw in extraction.lessons:
             text = render_lesson(raw.condition, raw.action)
             if not text:
@@ -130,7 +132,8 @@ class Phases:
             else:
                 lessons.append(Lesson(verdict.text, i, raw.replaces))
         return Proposal(i, difference=extraction.difference, lessons=lessons, misleading=extraction.misleading,
-                        useful=extraction.useful, dropped=dropped, raw_count=len(extraction.lessons), usage=usage)
+                        useful=extraction.useful, dropped=dropped,
+                        raw_count=len(extraction.lessons) + len(extraction.unparsed), usage=usage)
 
     # -- induce -------------------------------------------------------------------------------------
     def induce(self, step: int, groups: Sequence[GroupOutcome]) -> list[Induction]:
