@@ -266,6 +266,24 @@ def test_table_json_and_plot_writers(tmp_path):
     assert paths[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_recorded_commit_is_dirty_for_changed_code_not_for_changed_results(tmp_path):
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "compare.py").write_text("code\n")
+    (tmp_path / "benchmarks" / "results" / "compare_x.md").write_text("table\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "x")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    assert outputs.git_revision(tmp_path) == head
+    (tmp_path / "benchmarks" / "results" / "compare_x.md").write_text("a newer table\n")
+    assert outputs.git_revision(tmp_path) == head  # a run rewriting its own records is not modified code
+    (tmp_path / "benchmarks" / "compare.py").write_text("changed code\n")
+    assert outputs.git_revision(tmp_path) == head + "+dirty"
+
+
 def test_paired_gain_over_none_with_interval_sign_test_and_no_measurable_change():
     base = [0] * 10 + [1] * 10
     results = [_result("none", 0.5, problems=base),

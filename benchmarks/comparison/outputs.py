@@ -113,14 +113,21 @@ def calibrate(engine: Any, model: str, max_tokens: int = 48) -> dict[str, Any]:
             "wall_seconds": round(seconds, 2)}
 
 
-def git_revision() -> str | None:
-    """The commit the harness ran from, with ``+dirty`` when the working tree had changes (None outside git)."""
-    root = Path(__file__).resolve().parent.parent.parent
+# A run writes its own records there; a second pass over the same run must not call its code modified.
+RESULTS_PATHSPEC = ":(exclude)benchmarks/results"
+
+
+def git_revision(root: Path | None = None) -> str | None:
+    """The commit the harness ran from, with ``+dirty`` when tracked code had changes (None outside git).
+
+    Changes under ``benchmarks/results/`` are results, not code, and do not count.
+    """
+    root = root or Path(__file__).resolve().parent.parent.parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                                 check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                RESULTS_PATHSPEC], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return commit + ("+dirty" if dirty else "")
