@@ -168,6 +168,8 @@ def main(argv: Sequence[str] | None = None, doc: str = __doc__ or "") -> int:
     command = shlex.join(["python", *(sys.argv if argv is None else ["benchmarks/compare.py", *argv])])
     facts = RunFacts(args.preset, budget, args.lm, command, git_revision(), started, round(load_start, 2),
                      throughput_at_start(lm), store.root)
+    # Each pass of a run over several sessions rewrites the report; the log keeps every pass's machine speed.
+    logger.info("at the start: load average %.2f, calibration %s", load_start, facts.throughput_at_start)
     dspy.configure(lm=lm)
     per_task: dict[str, list[MethodResult]] = {}
 
