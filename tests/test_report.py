@@ -286,16 +286,17 @@ def test_the_gated_run_says_what_shipped_and_why_the_guard_dropped_lessons(gated
     assert "(restates its example ×2)" in text
 
 
-def test_the_committed_gsm8k_run_says_its_one_candidate_was_dropped_by_verification(tmp_path):
-    """A real run (benchmarks/results/compare_gsm8k.runs): the one induced rule its re-runs dropped, the calls it
-    spent."""
+def test_the_committed_gsm8k_run_says_its_two_candidates_were_dropped_by_verification(tmp_path):
+    """A real run (benchmarks/results/compare_gsm8k.runs, 2026-12-04): one extracted and one induced lesson, both
+    dropped by their re-runs, and the calls the selection scoring spent (20 rows, 2 retried)."""
     log = Path(__file__).resolve().parent.parent / "benchmarks/results/compare_gsm8k.runs/gsm8k/tfgrpo-seed0.log"
     text = write_report(log, tmp_path / "page.html")[0].read_text(encoding="utf-8")
-    assert ("No lesson was learned: verification kept none of the 1 candidate lesson (each re-run on training "
+    assert ("No lesson was learned: verification kept none of the 2 candidate lessons (each re-run on training "
             "examples fixed too few or broke as many)." in text)
-    assert ("Groups: 9 of 16 had mixed rewards and 3 all failed over 1 step; 12 reached the per-group reflection."
+    assert ("Groups: 10 of 16 had mixed rewards and 3 all failed over 1 step; 13 reached the per-group reflection."
             in text)
-    assert re.search(r"<td>selection</td><td>the starting library, before step 1</td><td class=\"n\">23</td>", text)
+    assert "Induced: 1 of 9 draws over sets of failed examples gave a lesson the guard passed." in text
+    assert re.search(r"<td>selection</td><td>the starting library, before step 1</td><td class=\"n\">22</td>", text)
 
 
 def test_plural_says_one_lesson_and_two_lessons():
