@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+from provenance import git_revision
 
 from tfgrpo_dspy.inference.evaluation import evaluate_at_k
 from tfgrpo_dspy.inference.rollouts import GroupOutcome, run_rollout
@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     store = RESULTS / f"{args.stem}.runs"
     store.mkdir(parents=True, exist_ok=True)
-    setup = {"date": time.strftime("%Y-%m-%d"), "commit": _commit(), "cpu_count": os.cpu_count(),
+    setup = {"date": time.strftime("%Y-%m-%d"), "commit": git_revision(), "cpu_count": os.cpu_count(),
              "load_average_at_start": [round(x, 2) for x in os.getloadavg()], "argv": sys.argv[1:],
              "seed": SEED, "settings": {name: {**options, "stop": stop} for name, (options, stop) in SETTINGS.items()}}
     calls: list[ServerCall] = []
@@ -377,13 +377,6 @@ def main(argv: list[str] | None = None) -> int:
     print((RESULTS / f"{args.stem}.md").read_text())
     return 0
 
-
-def _commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True, cwd=Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 if __name__ == "__main__":

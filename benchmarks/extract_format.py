@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 
 import dspy
 from dspy.clients.base_lm import GLOBAL_HISTORY
+from provenance import git_revision
 from tfgrpo_dspy.signatures import ExtractLesson, ExtractLessonLines
 
 from tfgrpo_dspy.inference.rollouts import GroupOutcome, Rollout
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     records = read_json(records_path) if records_path.exists() else {}
     lm = make_lm(args.lm, max_tokens=(manifest.get("reflection_lm") or {}).get("max_tokens") or 1024, cache=False)
     speed = str(lm.engine.measure_speed()) if hasattr(getattr(lm, "engine", None), "measure_speed") else None
-    setup = {"date": time.strftime("%Y-%m-%d"), "commit": _commit(), "log": str(args.log), "lm": args.lm,
+    setup = {"date": time.strftime("%Y-%m-%d"), "commit": git_revision(), "log": str(args.log), "lm": args.lm,
              "load_average_at_start": [round(x, 2) for x in os.getloadavg()], "speed": speed,
              "argv": sys.argv[1:]}
     keys = []
@@ -197,13 +197,6 @@ def main(argv: list[str] | None = None) -> int:
     print((RESULTS / f"{args.stem}.md").read_text())
     return 0
 
-
-def _commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True, cwd=Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 if __name__ == "__main__":

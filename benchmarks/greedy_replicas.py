@@ -28,7 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from verified_lessons import RESULTS, _commit  # noqa: E402
+from provenance import git_revision  # noqa: E402
+from verified_lessons import RESULTS  # noqa: E402
 
 from tfgrpo_dspy.demo import machine_speed  # noqa: E402
 from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k  # noqa: E402
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     tickets = generate_tickets(args.n, HELD_OUT_SEED, split="heldout")
     workloads = {"no library": None,
                  "rules @ top-1": ExperienceLibrary.from_texts([rule.lesson for rule in HOUSE_RULES])}
-    setup = {"commit": _commit(), "date": time.strftime("%Y-%m-%d"), "speed": str(speed) if speed else None,
+    setup = {"commit": git_revision(), "date": time.strftime("%Y-%m-%d"), "speed": str(speed) if speed else None,
              "speed_at_start": asdict(speed) if speed else None, "held_out_seed": HELD_OUT_SEED, "n": args.n,
              "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
     rows = []

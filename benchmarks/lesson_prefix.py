@@ -34,7 +34,8 @@ import dspy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from verified_lessons import RESULTS, _commit  # noqa: E402
+from provenance import git_revision  # noqa: E402
+from verified_lessons import RESULTS  # noqa: E402
 
 from tfgrpo_dspy.demo import machine_speed  # noqa: E402
 from tfgrpo_dspy.inference.evaluation import evaluate_at_k  # noqa: E402
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     workloads = {"candidates": ([ExperienceLibrary.from_texts([rule]) for rule in rules], tickets),
                  "rules @ top-1": ([ExperienceLibrary.from_texts(rules)],
                                    generate_tickets(4 * args.n, TICKET_SEED + 1, split="train"))}
-    setup = {"commit": _commit(), "date": time.strftime("%Y-%m-%d"), "speed": str(speed) if speed else None,
+    setup = {"commit": git_revision(), "date": time.strftime("%Y-%m-%d"), "speed": str(speed) if speed else None,
              "speed_at_start": asdict(speed) if speed else None, "ticket_seeds": [TICKET_SEED, TICKET_SEED + 1],
              "n": args.n, "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
     rows = []

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+from provenance import git_revision
 
 from tfgrpo_dspy import ExperienceLibrary, with_experiences
 from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k
@@ -319,15 +320,6 @@ def plot(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _git_revision() -> str | None:
-    import subprocess
-
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
@@ -371,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lm = make_lm(args.lm, max_tokens=args.max_tokens, **options)
     dspy.configure(lm=lm)
     report: dict[str, Any] = {"format": "tfgrpo-lessons-study", "command": " ".join(["python", *sys.argv]),
-                              "code": _git_revision(), "lm": args.lm, "max_tokens": args.max_tokens,
+                              "code": git_revision(), "lm": args.lm, "max_tokens": args.max_tokens,
                               "greedy_server": "batched, prompt cache (fast)" if args.fast_greedy else
                               "one slot, no prompt reuse (repeatable)",
                               "load_average_start": os.getloadavg()[0], "tasks": []}

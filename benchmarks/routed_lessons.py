@@ -38,10 +38,10 @@ import dspy
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lesson_routing import shift_constant  # noqa: E402
+from provenance import git_revision  # noqa: E402
 from verified_lessons import (  # noqa: E402
     RESULTS,
     TICKETS_RECIPE,
-    _commit,
     _records,
     _summary,
     compile_lines,
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     lm = make_lm(args.lm, max_tokens=512)
     dspy.configure(lm=lm)
     speed = machine_speed(lm)
-    setup = {"commit": _commit(), "date": time.strftime("%Y-%m-%d"), "argv": sys.argv[1:],
+    setup = {"commit": git_revision(), "date": time.strftime("%Y-%m-%d"), "argv": sys.argv[1:],
              "speed": str(speed) if speed else "not measured (not the embedded model)",
              "speed_at_start": asdict(speed) if speed else None,
              "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}

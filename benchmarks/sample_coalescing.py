@@ -38,7 +38,8 @@ import dspy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from verified_lessons import RESULTS, _commit  # noqa: E402
+from provenance import git_revision  # noqa: E402
+from verified_lessons import RESULTS  # noqa: E402
 
 from tfgrpo_dspy.demo import machine_speed
 from tfgrpo_dspy.kits.tickets.generator import generate_tickets
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     texts = induction_texts(trainset)
     for lm in lms.values():  # load both sampled servers before timing anything
         lm("Say OK.", temperature=0.7)
-    setup = {"commit": _commit(), "date": time.strftime("%Y-%m-%d"), "speed": str(speed) if speed else None,
+    setup = {"commit": git_revision(), "date": time.strftime("%Y-%m-%d"), "speed": str(speed) if speed else None,
              "speed_at_start": asdict(speed) if speed else None,
              "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
     workloads = {"rollouts": lambda lm, r, coalesced: rollouts(lm, trainset, r, coalesced),

@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -64,6 +63,7 @@ from lesson_routing import (  # noqa: E402
     fixed_by,
     shift_constant,
 )
+from provenance import git_revision  # noqa: E402
 
 from tfgrpo_dspy import ExperienceLibrary
 from tfgrpo_dspy.demo import demo_optimizer, machine_speed
@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     lm = make_lm(args.lm, max_tokens=512)
     dspy.configure(lm=lm)
     speed = machine_speed(lm)
-    setup = {"commit": _commit(), "date": time.strftime("%Y-%m-%d"), "argv": sys.argv[1:],
+    setup = {"commit": git_revision(), "date": time.strftime("%Y-%m-%d"), "argv": sys.argv[1:],
              "speed": str(speed) if speed else "not measured (not the embedded model)",
              "speed_at_start": asdict(speed) if speed else None,
              "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
@@ -352,13 +352,6 @@ def write_report(path: Path, report: dict[str, Any], render: Callable[[dict[str,
     print(path.with_suffix(".md").read_text())
     return 0
 
-
-def _commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 if __name__ == "__main__":

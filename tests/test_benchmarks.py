@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import dspy
+import provenance
 import pytest
 from comparison import cli, evaluate, metering, methods, outputs, presets, records
 from comparison import data as splits
@@ -254,7 +255,7 @@ def test_table_json_and_plot_writers(tmp_path):
     assert data["command"] == "python benchmarks/compare.py --preset smoke" and data["code"] == "abc123+dirty"
     assert data["load_average"] == [1.0, 2.0] and data["budget"]["train_n"] == 3
     assert "(code at `abc123+dirty`)" in paths[1].read_text()
-    assert outputs.git_revision().split("+")[0] == subprocess.run(
+    assert provenance.git_revision().split("+")[0] == subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=BENCHMARKS, capture_output=True, text=True).stdout.strip()
     rows = data["tasks"]["wordproblems"]["results"]
     assert [r["status"] for r in rows] == ["ok", "ok", "failed"]
@@ -277,11 +278,18 @@ def test_the_recorded_commit_is_dirty_for_changed_code_not_for_changed_results(t
     git("add", ".")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "x")
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
-    assert outputs.git_revision(tmp_path) == head
+    assert provenance.git_revision(tmp_path) == head
     (tmp_path / "benchmarks" / "results" / "compare_x.md").write_text("a newer table\n")
-    assert outputs.git_revision(tmp_path) == head  # a run rewriting its own records is not modified code
+    assert provenance.git_revision(tmp_path) == head  # a run rewriting its own records is not modified code
     (tmp_path / "benchmarks" / "compare.py").write_text("changed code\n")
-    assert outputs.git_revision(tmp_path) == head + "+dirty"
+    assert provenance.git_revision(tmp_path) == head + "+dirty"
+
+
+def test_every_benchmark_records_its_commit_through_the_one_helper_that_marks_changed_code():
+    # A script with its own `git rev-parse` recorded a modified tree as the clean commit.
+    own_helpers = [path.name for path in BENCHMARKS.rglob("*.py")
+                   if path.name != "provenance.py" and "rev-parse" in path.read_text()]
+    assert own_helpers == []
 
 
 def test_paired_gain_over_none_with_interval_sign_test_and_no_measurable_change():

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+from provenance import git_revision
 
 from comparison.data import Split, gsm8k_split, tickets_split, wordproblems_split
 from comparison.markdown import markdown_table
 from comparison.methods import COMPILERS, ordered_methods
-from comparison.outputs import RunFacts, build_report, git_revision, throughput_at_start, write_outputs
+from comparison.outputs import RunFacts, build_report, throughput_at_start, write_outputs
 from comparison.plot import write_plot
 from comparison.presets import ABLATIONS, PRESETS, Budget
 from comparison.records import MethodResult

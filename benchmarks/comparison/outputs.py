@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -111,26 +110,6 @@ def calibrate(engine: Any, model: str, max_tokens: int = 48) -> dict[str, Any]:
             "prompt_tokens_per_second": round(float(timings.get("prompt_per_second") or 0.0), 2),
             "completion_tokens": timings.get("predicted_n"), "prompt_tokens": timings.get("prompt_n"),
             "wall_seconds": round(seconds, 2)}
-
-
-# A run writes its own records there; a second pass over the same run must not call its code modified.
-RESULTS_PATHSPEC = ":(exclude)benchmarks/results"
-
-
-def git_revision(root: Path | None = None) -> str | None:
-    """The commit the harness ran from, with ``+dirty`` when tracked code had changes (None outside git).
-
-    Changes under ``benchmarks/results/`` are results, not code, and do not count.
-    """
-    root = root or Path(__file__).resolve().parent.parent.parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                                check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                RESULTS_PATHSPEC], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return commit + ("+dirty" if dirty else "")
 
 
 def _version(package: str) -> str | None:

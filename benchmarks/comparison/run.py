@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dspy
+from provenance import git_revision
 
 from comparison.data import Split
 from comparison.evaluate import added_prompt_tokens, detach_lms, evaluate_stage, repeat_stage
 from comparison.gate_checks import GATE_CHECKED_METHODS, gate_check_stage
 from comparison.metering import Roles
 from comparison.methods import COMPILERS, Compiled, MethodContext, ordered_methods
-from comparison.outputs import git_revision
 from comparison.presets import ABLATIONS, Budget
 from comparison.records import CompileDetails, MethodResult, SeedRun
 from comparison.store import RunStore
