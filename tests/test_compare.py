@@ -256,3 +256,16 @@ def test_the_speed_at_start_is_llama_cpps_own_timing_or_a_note():
     assert "not the embedded model" in outputs.throughput_at_start(lm)["skipped"] and not lm.engine.calls
     assert "generated 4.5 tokens/s and read 51.0 prompt tokens/s" in md.throughput_sentence(timed)
     assert "not measured" in md.throughput_sentence({"skipped": "x"})
+
+
+def test_the_committed_tfgrpo_on_bootstrap_program_keeps_bootstraps_demos():
+    # The method adds lessons to the BootstrapFewShot program; with none verified it must ship the demos unchanged.
+    store = RunStore(RESULTS / "compare_gsm8k.runs")
+    split = splits.Split("gsm8k", [], [], [], "committed", make_program=splits.gsm8k_program)
+    on_bootstrap, bootstrap = (store.load_program(split, method, 0) for method in ("tfgrpo_on_bootstrap", "bootstrap"))
+    def demos(program):
+        # A loaded program may hold its demos as dicts or as dspy.Example.
+        return [[dict(demo) if isinstance(demo, dict) else demo.toDict() for demo in predictor.demos]
+                for _, predictor in program.named_predictors()]
+
+    assert demos(bootstrap)[0] and demos(on_bootstrap) == demos(bootstrap)
