@@ -100,6 +100,11 @@ def test_render_lesson_and_clustering():
     assert render_lesson("When a price is per item.", "Multiply by the count.") == \
         "When a price is per item, multiply by the count."
     assert render_lesson("", "do x") == ""
+    # A capitalized function word after "When" is lowered; a name is kept, so the guard still sees it.
+    assert render_lesson("The inputs ask for a refund", "answer X") == "When the inputs ask for a refund, answer X."
+    assert render_lesson("Sarah buys apples", "add them") == "When Sarah buys apples, add them."
+    ticket = material("The customer was billed twice for the loyalty app. Which queue?")
+    assert restated_details(render_lesson("The customer was charged twice", "answer queue: billing"), ticket) is None
     clusters = cluster_lessons([
         ("When a price is given per item, multiply it by the number of items.", 1),
         ("When a price is given per item, multiply by the number of items first.", 2),

@@ -37,6 +37,10 @@ def render_lesson(condition: str, action: str) -> str:
     condition = re.sub(r"^(when|if|whenever)\s+", "", condition, flags=re.IGNORECASE)
     if not condition or not action:
         return ""
+    # "When The inputs ..." would read "The" as a name, and the guard would drop the lesson for naming "the".
+    first, _, rest = condition.partition(" ")
+    if first.casefold() in _STOPWORDS:
+        condition = " ".join(filter(None, (first.casefold(), rest)))
     action = action[0].lower() + action[1:] if action[:2] != action[:2].upper() else action
     return f"When {condition}, {action}."
 
