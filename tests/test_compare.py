@@ -12,12 +12,15 @@ import pytest
 from comparison import cli, gate_checks, metering, methods, outputs, presets, summary
 from comparison import data as splits
 from comparison import markdown as md
+from comparison import run as running
+from comparison.prompts import held_out_prompts, prompts_fingerprint
 from comparison.records import CompileDetails, HeldOutCheck, MethodResult, ProblemResult, SeedRun, TfgrpoRun
 from comparison.store import RunStore
 from scripted import default_reflection, scripted_lm, ticket_router
 from test_benchmarks import GsmScript
 
 from tfgrpo_dspy import ExperienceLibrary
+from tfgrpo_dspy.inference.injection import with_experiences
 from tfgrpo_dspy.run.results import Candidate
 from tfgrpo_dspy.usage import Usage
 
@@ -269,3 +272,49 @@ def test_the_committed_tfgrpo_on_bootstrap_program_keeps_bootstraps_demos():
                 for _, predictor in program.named_predictors()]
 
     assert demos(bootstrap)[0] and demos(on_bootstrap) == demos(bootstrap)
+
+
+# -- the same prompts, the same greedy evaluation -----------------------------------------------------------------
+def test_programs_share_a_prompts_digest_exactly_when_they_send_the_same_prompts(gsm_split):
+    plain = gsm_split.make_program()
+    digest = prompts_fingerprint(plain, gsm_split.test)
+    calls = held_out_prompts(plain, gsm_split.test)
+    assert len(calls) == len(gsm_split.test) and all(len(c) == 1 for c in calls)
+    assert gsm_split.test[0].question in calls[0][0]["messages"][-1]["content"]
+    for placement in ("instructions", "input"):  # a library with no lesson shows nothing
+        assert prompts_fingerprint(with_experiences(plain, ExperienceLibrary(), placement=placement),
+                                   gsm_split.test) == digest
+    lesson = with_experiences(plain, ExperienceLibrary.from_texts(["When adding one, count on from the number."]))
+    with_demo = gsm_split.make_program()
+    with_demo.predict.demos = [dspy.Example(question="what is 1 plus 1", reasoning="add one", answer="2")]
+    configured = gsm_split.make_program()
+    configured.predict.config = {"max_tokens": 64}
+    others = {prompts_fingerprint(p, gsm_split.test) for p in (lesson, with_demo, configured)}
+    assert len(others) == 3 and digest not in others
+    assert prompts_fingerprint(plain, gsm_split.test[:-1]) != digest  # other problems, other prompts
+
+
+def test_a_compile_that_sends_the_same_prompts_reuses_the_greedy_evaluation_and_says_so(gsm_source, tmp_path):
+    budget = presets.Budget(train_n=4, selection_n=3, test_n=4, simba_bsize=2, seeds=2, repeat_none=False,
+                            eval_temperature=0.0, k=1)
+    split = splits.gsm8k_split(gsm_source, budget, seed=0)
+    lm = scripted_lm(GsmScript())
+    store = RunStore(tmp_path / "runs")
+    results = running.run_comparison(split, lm, budget, ["none", "labeled"], store=store, progress=False)
+    none, labeled = ({r.seed: r for r in result.runs} for result in results)
+    # none on seed 1 is the same program: seed 0's answers, no second evaluation.
+    assert none[1].evaluation_of == "none seed 0" and none[1].per_problem == none[0].per_problem
+    assert none[1].eval_seconds is None and none[1].usage["evaluation"].calls == 0
+    assert none[0].evaluation_of is None and none[0].usage["evaluation"].calls == len(split.test)
+    assert labeled[0].evaluation_of is None and labeled[0].prompts_digest != none[0].prompts_digest
+    assert labeled[1].evaluation_of == "labeled seed 0"  # DSPy's LabeledFewShot takes the same demos every seed
+    assert len(lm.engine.calls) == 2 * len(split.test)  # one evaluation per distinct program
+    saved = store.load_run("gsm8k", "none", 1)
+    assert saved.evaluation_of == "none seed 0" and saved.prompts_digest == none[0].prompts_digest
+    lines = md.reused_evaluation_lines(summary.result_rows(results))
+    assert "none seed 1 = none seed 0" in lines[0] and "labeled seed 1 = labeled seed 0" in lines[0]
+    # Sampled decoding: each seed's answers are its own sample, never reused.
+    sampled = replace(budget, eval_temperature=0.3)
+    results = running.run_comparison(split, scripted_lm(GsmScript()), sampled, ["none"], progress=False)
+    assert [r.evaluation_of for r in results[0].runs] == [None, None]
+    assert md.reused_evaluation_lines(summary.result_rows(results)) == []

@@ -6,6 +6,7 @@
     records      the typed records between stages and in the run directory (`SeedRun`, `MethodResult`)
     methods      one compile function per optimizer (`COMPILERS`)
     evaluate     the held-out evaluation, its repeat, the prompt tokens a program adds
+    prompts      which compiled programs send the same held-out prompts (one evaluation serves them all)
     store        the run directory (`RunStore`) and what its records depend on
     gate_checks  the gated run's decisions scored on the held-out rows
     summary      each method against none, paired; the repeatability of none

@@ -71,6 +71,17 @@ def markdown_table(results: Sequence[MethodResult], k: int) -> str:
     return render_table(result_rows(results), k)
 
 
+def reused_evaluation_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The runs whose program sends the same held-out prompts as one evaluated before (`comparison.prompts`)."""
+    reused = [f"{row['method']} seed {run['seed']} = {run['evaluation_of']}" for row in rows for run in row["runs"]
+              if run.get("evaluation_of")]
+    if not reused:
+        return []
+    return [f"Evaluations reused: {'; '.join(reused)}. Each of these programs sends the model the same prompts "
+            "on every held-out problem as the one named after it, so under greedy decoding it gets the same "
+            "answers; its held-out records are that evaluation's and its eval time is not counted.", ""]
+
+
 def library_sections(rows: Sequence[dict[str, Any]]) -> list[str]:
     """For each TrainingFreeGRPO run: the libraries scored on the selection set and the shipped lessons."""
     lines: list[str] = []
@@ -195,7 +206,8 @@ def write_markdown(report: dict[str, Any], path: Path) -> Path:
                   f"({split['source']}), disjoint, the same for every method.", ""]
         if budget.get("repeat_none"):
             lines += [flip_line(data.get("repeatability")), ""]
-        lines += [render_table(data["results"], budget["k"]), "", *library_sections(data["results"]),
+        lines += [render_table(data["results"], budget["k"]), "", *reused_evaluation_lines(data["results"]),
+                  *library_sections(data["results"]),
                   *gate_check_sections(data["results"])]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines), encoding="utf-8")

@@ -205,6 +205,8 @@ class SeedRun:
     per_problem: tuple[ProblemResult, ...] = ()
     repeat: RepeatEval | None = None
     code: str | None = None  # the commit the compile ran from (a resumed record may predate this run)
+    prompts_digest: str | None = None  # of the prompts it sends on the held-out rows (`comparison.prompts`)
+    evaluation_of: str | None = None  # "method seed N" whose evaluation this reuses: the same prompts, greedy
 
     @property
     def evaluated(self) -> bool:
@@ -216,6 +218,9 @@ class SeedRun:
         data["details"] = self.details.to_dict()
         data["per_problem"] = [p.to_dict() for p in self.per_problem]
         data["repeat"] = self.repeat.to_dict() if self.repeat else None
+        for name in ("prompts_digest", "evaluation_of"):  # absent from records written before they existed
+            if data[name] is None:
+                del data[name]
         return data
 
     @classmethod

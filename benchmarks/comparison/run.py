@@ -11,7 +11,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import dspy
@@ -23,6 +23,7 @@ from comparison.gate_checks import GATE_CHECKED_METHODS, gate_check_stage
 from comparison.metering import Roles
 from comparison.methods import COMPILERS, Compiled, MethodContext, ordered_methods
 from comparison.presets import ABLATIONS, Budget
+from comparison.prompts import prompts_fingerprint
 from comparison.records import CompileDetails, MethodResult, SeedRun
 from comparison.store import RunStore
 from tfgrpo_dspy.usage import Usage
@@ -110,12 +111,41 @@ def _compiled(job: MethodRun, earlier: Earlier) -> tuple[SeedRun, dspy.Module | 
     return run, program
 
 
-def run_method(job: MethodRun, earlier: Earlier | None = None) -> tuple[SeedRun, dspy.Module | None]:
+# Held-out evaluations by the digest of the prompts their program sends: "method seed N" and its run.
+Evaluations = dict[str, tuple[str, SeedRun]]
+
+
+def _same_prompts(job: MethodRun, run: SeedRun, program: dspy.Module, evaluations: Evaluations) -> SeedRun:
+    """``run`` with its prompts' digest and, when an earlier evaluation sent the same prompts, that evaluation.
+
+    Only under greedy decoding: sampled answers differ from one evaluation to the next even for one program.
+    """
+    if job.budget.eval_temperature != 0:
+        return run
+    if run.prompts_digest is None:
+        run = replace(run, prompts_digest=prompts_fingerprint(program, job.split.test))
+    source = evaluations.get(run.prompts_digest)
+    if run.evaluated or source is None:
+        return run
+    label, earlier = source
+    logger.info("[%s] seed %d: %s sends the same held-out prompts as %s: its evaluation is reused",
+                job.split.task, job.seed, job.method, label)
+    return replace(run, score=earlier.score, pass_at_k=earlier.pass_at_k, score_stderr=earlier.score_stderr,
+                   eval_seconds=None, usage={**run.usage, "evaluation": Usage()},
+                   program_errors=earlier.program_errors,
+                   eval_prompt_tokens_per_call=earlier.eval_prompt_tokens_per_call,
+                   per_problem=earlier.per_problem, evaluation_of=label)
+
+
+def run_method(job: MethodRun, earlier: Earlier | None = None,
+               evaluations: Evaluations | None = None) -> tuple[SeedRun, dspy.Module | None]:
     """Compile, evaluate and (for ``none``, if the preset asks) re-evaluate one method.
 
     With a store, each finished stage is saved and a rerun skips it: a saved compile is loaded instead of
     recompiled, a saved evaluation is not run again. Failures are recorded on the run, never raised, and never
-    saved (a rerun tries again). Returns the run and its compiled program (None if it failed).
+    saved (a rerun tries again). With ``evaluations`` (updated here), a program that sends the same held-out
+    prompts as one evaluated before gets that evaluation (`_same_prompts`). Returns the run and its compiled
+    program (None if it failed).
     """
     # A fresh memory-only cache per method: a method may reuse its own calls, never another method's or an
     # earlier run's (this replaces DSPy's global cache for the rest of the process).
@@ -130,11 +160,16 @@ def run_method(job: MethodRun, earlier: Earlier | None = None) -> tuple[SeedRun,
             store.save_run(task, job.method, job.seed, updated)
         return updated
 
+    if evaluations is not None:
+        checked = _same_prompts(job, run, program, evaluations)
+        run = save(checked) if checked != run else run
     if not run.evaluated:
         run = evaluate_stage(run, program, job.split, job.budget, job.lm, job.progress, job.eval_dir("held_out"))
         if run.error is not None:
             return run, program
         save(run)
+    if evaluations is not None and run.prompts_digest is not None:
+        evaluations.setdefault(run.prompts_digest, (run.evaluation_of or f"{job.method} seed {job.seed}", run))
     if _wants_repeat(job, run):
         run = save(repeat_stage(run, program, job.split, job.budget, job.lm, job.progress, job.eval_dir("repeat")))
     if job.method in GATE_CHECKED_METHODS and job.budget.gate_checks and store is not None:
@@ -157,11 +192,13 @@ def run_comparison(split: Split, lm: dspy.LM, budget: Budget, methods: Sequence[
     """
     methods = ordered_methods(methods)
     results: dict[str, list[SeedRun]] = {m: [] for m in methods}
+    evaluations: Evaluations = {}
     for seed in range(budget.seeds):
         earlier = Earlier()
         for method in methods:
             logger.info("[%s] seed %d: %s ...", split.task, seed, method)
-            run, program = run_method(MethodRun(method, split, lm, budget, seed, store, progress), earlier)
+            job = MethodRun(method, split, lm, budget, seed, store, progress)
+            run, program = run_method(job, earlier, evaluations)
             programs = {**earlier.programs, method: program} if program is not None else earlier.programs
             size = earlier.learned_library_size
             if method == "tfgrpo_paper" and run.error is None:
