@@ -318,3 +318,15 @@ def test_a_compile_that_sends_the_same_prompts_reuses_the_greedy_evaluation_and_
     results = running.run_comparison(split, scripted_lm(GsmScript()), sampled, ["none"], progress=False)
     assert [r.evaluation_of for r in results[0].runs] == [None, None]
     assert md.reused_evaluation_lines(summary.result_rows(results)) == []
+
+
+def test_committed_programs_with_the_same_prompts_got_the_same_greedy_answers(gsm_split):
+    # The evidence for reusing an evaluation: these pairs were evaluated separately, before reuse existed.
+    store = RunStore(RESULTS / "compare_gsm8k.runs")
+    split = replace(gsm_split, make_program=splits.gsm8k_program)
+    methods = ("none", "bootstrap", "tfgrpo", "tfgrpo_paper", "tfgrpo_on_bootstrap")
+    digest = {m: prompts_fingerprint(store.load_program(split, m, 0), split.test) for m in methods}
+    answers = {m: store.load_run("gsm8k", m, 0).per_problem for m in methods}
+    for program, same_as in (("tfgrpo", "none"), ("tfgrpo_paper", "none"), ("tfgrpo_on_bootstrap", "bootstrap")):
+        assert digest[program] == digest[same_as] and answers[program] == answers[same_as]
+    assert digest["bootstrap"] != digest["none"] and answers["bootstrap"] != answers["none"]
