@@ -15,7 +15,7 @@ from comparison import markdown as md
 from comparison import run as running
 from comparison.prompts import held_out_prompts, prompts_fingerprint
 from comparison.records import CompileDetails, HeldOutCheck, MethodResult, ProblemResult, SeedRun, TfgrpoRun
-from comparison.store import RunStore
+from comparison.store import RunStore, runs_manifest
 from scripted import default_reflection, scripted_lm, ticket_router
 from test_benchmarks import GsmScript
 
@@ -330,3 +330,48 @@ def test_committed_programs_with_the_same_prompts_got_the_same_greedy_answers(gs
     for program, same_as in (("tfgrpo", "none"), ("tfgrpo_paper", "none"), ("tfgrpo_on_bootstrap", "bootstrap")):
         assert digest[program] == digest[same_as] and answers[program] == answers[same_as]
     assert digest["bootstrap"] != digest["none"] and answers["bootstrap"] != answers["none"]
+
+
+# -- more compile seeds for the methods whose spread is asked for -------------------------------------------------
+def test_later_seeds_compile_only_the_methods_asked_for_with_none_and_what_they_read_from():
+    budget = presets.Budget(train_n=4, selection_n=3, test_n=4, simba_bsize=2, seeds=3,
+                            more_seeds_for=("tfgrpo_on_bootstrap",))
+    order = ["none", "labeled", "bootstrap", "tfgrpo", "tfgrpo_on_bootstrap"]
+    assert budget.methods_on_seed(order, 0) == order
+    assert budget.methods_on_seed(order, 2) == ["none", "bootstrap", "tfgrpo_on_bootstrap"]
+    assert replace(budget, more_seeds_for=None).methods_on_seed(order, 1) == order
+    with pytest.raises(ValueError, match="unknown method"):
+        presets.Budget(train_n=4, selection_n=3, test_n=4, simba_bsize=2, more_seeds_for=("tfgrpo_typo",))
+
+
+def test_a_comparison_with_more_seeds_for_one_method_keeps_one_compile_of_the_rest(gsm_source, tmp_path):
+    budget = presets.Budget(train_n=4, selection_n=3, test_n=4, simba_bsize=2, seeds=2, eval_temperature=0.0,
+                            more_seeds_for=("labeled",))
+    split = splits.gsm8k_split(gsm_source, budget, seed=0)
+    results = running.run_comparison(split, scripted_lm(GsmScript()), budget, ["none", "labeled", "bootstrap"],
+                                     progress=False)
+    assert {r.method: [run.seed for run in r.runs] for r in results} == {
+        "none": [0, 1], "labeled": [0, 1], "bootstrap": [0]}
+    rows = summary.result_rows(results)
+    assert [row["vs_none"]["seeds"] for row in rows[1:]] == [[0, 1], [0]]
+    header = md._seeds_phrase({"seeds": 2, "more_seeds_for": ["labeled"]})
+    assert header == "2 compile seeds for labeled (and none, to pair with), one (seed 0) for the other methods"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--more-seeds-for", "tfgrpo"], "needs --seeds N with N > 1"),
+    (["--seeds", "3", "--methods", "none", "bootstrap", "--more-seeds-for", "tfgrpo"], "not among the methods run"),
+])
+def test_more_seeds_for_is_checked_on_the_command_line(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--preset", "gsm8k", *argv])
+    assert message in capsys.readouterr().err
+
+
+def test_more_seeds_for_leaves_a_run_directory_usable(gsm_source, tmp_path):
+    budget = presets.Budget(train_n=4, selection_n=3, test_n=4, simba_bsize=2, task="gsm8k")
+    split = splits.gsm8k_split(gsm_source, budget, seed=0)
+    store = RunStore(tmp_path / "runs")
+    store.open(runs_manifest("gsm8k", budget, "local", {"gsm8k": split}))
+    more = replace(budget, seeds=3, more_seeds_for=("tfgrpo",))
+    assert store.open(runs_manifest("gsm8k", more, "local", {"gsm8k": split})) == 0  # not refused

@@ -73,6 +73,9 @@ def parse_args(argv: Sequence[str] | None, doc: str = __doc__ or "") -> argparse
                         help="score on the held-out rows at most N libraries the gated tfgrpo run decided on "
                              "(default: the preset's; 0 = none)")
     parser.add_argument("--seeds", type=int, help="override the preset's number of seeds")
+    parser.add_argument("--more-seeds-for", nargs="+", choices=list(COMPILERS), metavar="METHOD",
+                        help="with --seeds N > 1: compile only these methods on seeds 1..N-1 (with none, to pair "
+                             "with, and what they read from); the rest keep one compile, seed 0")
     parser.add_argument("--data-seed", type=int, help="seed of the data split, the same for every method "
                                                       "(default: the preset's)")
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
@@ -98,6 +101,14 @@ def parse_args(argv: Sequence[str] | None, doc: str = __doc__ or "") -> argparse
         parser.error("--gate-checks must be >= 0")
     if args.data_seed is not None and args.data_seed < 0:
         parser.error("--data-seed must be >= 0")
+    if args.more_seeds_for:
+        seeds = args.seeds if args.seeds is not None else PRESETS[args.preset].seeds
+        if seeds < 2:
+            parser.error("--more-seeds-for needs --seeds N with N > 1")
+        methods = args.methods or PRESETS[args.preset].methods
+        missing = [m for m in args.more_seeds_for if m not in methods]
+        if missing:
+            parser.error(f"--more-seeds-for {' '.join(missing)}: not among the methods run ({' '.join(methods)})")
     return args
 
 
@@ -117,6 +128,8 @@ def preset_budget(args: argparse.Namespace) -> Budget:
         budget = replace(budget, gate_checks=args.gate_checks)
     if getattr(args, "data_seed", None) is not None:
         budget = replace(budget, data_seed=args.data_seed)
+    if getattr(args, "more_seeds_for", None):
+        budget = replace(budget, more_seeds_for=tuple(args.more_seeds_for))
     return replace(budget, seeds=args.seeds) if args.seeds is not None else budget
 
 

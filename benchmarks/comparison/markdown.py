@@ -142,6 +142,14 @@ def gate_check_sections(rows: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _seeds_phrase(budget: dict[str, Any]) -> str:
+    more = budget.get("more_seeds_for")
+    if budget["seeds"] == 1 or not more:
+        return f"{budget['seeds']} compile seed(s)"
+    return (f"{budget['seeds']} compile seeds for {', '.join(more)} (and none, to pair with), one (seed 0) for "
+            "the other methods")
+
+
 def _header_lines(report: dict[str, Any]) -> list[str]:
     budget = report["budget"]
     decoding = ("greedy (temperature 0, k = 1)" if budget["eval_temperature"] == 0 and budget["k"] == 1 else
@@ -155,7 +163,7 @@ def _header_lines(report: dict[str, Any]) -> list[str]:
                                                     ""]),
         f"LM `{report['lm']}` with options `{json.dumps(report.get('lm_options') or {})}`; "
         f"{budget['num_threads']} threads; held-out evaluation {decoding}, the same for every method; "
-        f"{budget['seeds']} seed(s); started {report['started']}, total wall time {report['wall_seconds']:.0f} s; "
+        f"{_seeds_phrase(budget)}; started {report['started']}, total wall time {report['wall_seconds']:.0f} s; "
         f"load average at start {report['load_average'][0]}, at end {report['load_average'][1]}; "
         f"{throughput_sentence(report.get('throughput_at_start'))}",
         "",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,9 @@ class Budget:
     held_out_skip: int = 0  # gsm8k: rows of the seeded order passed over before the held-out rows
     methods: tuple[str, ...] = ("none", "bootstrap", "mipro", "simba", "gepa", "tfgrpo_paper", "tfgrpo",
                                 *ABLATIONS)
+    # Compiled on seeds 1.. (with none, to pair with, and what they read from); None: every method. A compile
+    # is one sample of a method: the methods whose spread is asked for need more than one.
+    more_seeds_for: tuple[str, ...] | None = None
     repeat_none: bool = False  # evaluate `none` a second time with DSPy's cache off and report the flip rate
     # Score on the held-out rows the libraries the gated tfgrpo run decided on (at most this many besides the
     # initial and the shipped one, whose held-out scores are none's and tfgrpo's own): did the gate's verdict hold?
@@ -80,11 +84,20 @@ class Budget:
             raise ValueError(f"eval_temperature must be >= 0, got {self.eval_temperature!r}")
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
-        unknown = [m for m in self.methods if m not in METHODS + ABLATIONS]
+        unknown = [m for m in (*self.methods, *(self.more_seeds_for or ())) if m not in METHODS + ABLATIONS]
         if unknown:
             raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHODS + ABLATIONS)}")
         if not isinstance(self.lm_options, dict) or not all(isinstance(key, str) for key in self.lm_options):
             raise ValueError(f"lm_options must be a dict of option names to values, got {self.lm_options!r}")
+
+
+    def methods_on_seed(self, methods: Sequence[str], seed: int) -> list[str]:
+        """Which of ``methods`` (in order) compile on ``seed``: all on seed 0 and, after it, `more_seeds_for`."""
+        if seed == 0 or self.more_seeds_for is None:
+            return list(methods)
+        wanted = {"none", *self.more_seeds_for}
+        wanted |= {READS_FROM[m] for m in wanted if m in READS_FROM}
+        return [m for m in methods if m in wanted]
 
 
 # The head-to-head of issue 26 on one task: every optimizer a DSPy user would try, greedy paired evaluation.

@@ -186,7 +186,8 @@ def run_method(job: MethodRun, earlier: Earlier | None = None,
 def run_comparison(split: Split, lm: dspy.LM, budget: Budget, methods: Sequence[str], *,
                    store: RunStore | None = None, progress: bool = True,
                    on_result: Callable[[list[MethodResult]], None] | None = None) -> list[MethodResult]:
-    """Run ``methods`` (see `ordered_methods`) over all seeds, skipping what ``store`` already holds.
+    """Run ``methods`` (see `ordered_methods`) over the seeds, skipping what ``store`` already holds; on the
+    seeds after 0 only those of ``budget.more_seeds_for`` when it is set (`Budget.methods_on_seed`).
 
     ``on_result`` receives the results so far after every method run (to save partial results).
     """
@@ -195,7 +196,7 @@ def run_comparison(split: Split, lm: dspy.LM, budget: Budget, methods: Sequence[
     evaluations: Evaluations = {}
     for seed in range(budget.seeds):
         earlier = Earlier()
-        for method in methods:
+        for method in budget.methods_on_seed(methods, seed):
             logger.info("[%s] seed %d: %s ...", split.task, seed, method)
             job = MethodRun(method, split, lm, budget, seed, store, progress)
             run, program = run_method(job, earlier, evaluations)

@@ -104,7 +104,7 @@ def runs_manifest(preset: str, budget: Budget, lm_spec: str, splits: dict[str, S
     """
     # Seeds and methods may grow between runs; the repeat and the gate checks add records, never change one.
     settings = {key: value for key, value in asdict(budget).items()
-                if key not in ("seeds", "methods", "repeat_none", "gate_checks")}
+                if key not in ("seeds", "methods", "more_seeds_for", "repeat_none", "gate_checks")}
     data = {task: {"source": s.source, "sha256": _sha([[e.toDict() for e in part]
                                                       for part in (s.train, s.selection, s.test)])}
             for task, s in splits.items()}
