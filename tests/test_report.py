@@ -301,3 +301,26 @@ def test_the_committed_gsm8k_run_says_its_two_candidates_were_dropped_by_verific
 
 def test_plural_says_one_lesson_and_two_lessons():
     assert [plural(n, "lesson") for n in (0, 1, 2)] == ["0 lessons", "1 lesson", "2 lessons"]
+
+
+def test_the_verification_table_shows_every_changed_answer_precision_target_and_shift(demo_dir, tmp_path):
+    import shutil
+
+    from tfgrpo_dspy.run.judgement import LessonCheck
+
+    run = tmp_path / "demo"
+    shutil.copytree(demo_dir, run)
+    check = LessonCheck("When a customer writes, answer payments.", "induction", (0, 1), tried=tuple(range(12)),
+                        shown=tuple(range(12)), fixes=(0, 1, 2, 3), changes=tuple(range(4, 12)),
+                        target="queue: payments", lesson_right=4, shift_right=4, shift_misses=8, kept=False,
+                        reason="precision below 0.50")
+    record = dict(check.to_dict(), step=1)
+    (run / "log" / "steps" / "0001" / "checks" / "lessons.json").write_text(json.dumps({"checks": [record]}))
+    text = write_report(run / "log")[0].read_text(encoding="utf-8")
+    table = text[text.index("<h2>Verification</h2>"):]
+    table = table[:table.index("</table>")]
+    for header in ("other changes", "precision", "target", "right: lesson / its shift"):
+        assert f"<th>{header}</th>" in table
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", table)
+    assert "8 (#4, #5, #6, #7, #8, #9, #10, #11)" in cells and "0.33" in cells
+    assert "queue: payments" in cells and "4 / 4 of 12" in cells

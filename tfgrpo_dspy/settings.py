@@ -80,12 +80,19 @@ class TrainingFreeGRPOSettings:
     induction: bool = setting(True, "reflection calls that see several failed training examples at once (same "
                               "reference, else nearest inputs) and propose a rule that would fix them all")
     induction_examples: int = setting(4, "most failed examples one induction call sees (at least 3)", minimum=3)
+    induction_contrast: int = setting(4, "most examples an induction call is shown to tell its failures apart from: "
+                                      "training examples with another reference that the program confuses with "
+                                      "theirs, then their nearest inputs; 0 = failures only", minimum=0)
     num_candidates: int = setting(3, "candidate lessons sampled per induction, each a new draw", minimum=1)
     induction_temperature: float = setting(0.9, "sampling temperature of the induction draws", minimum=0)
     verify: bool = setting(True, "keep a proposed lesson only if re-running the policy greedily on training examples "
                            "with it fixes more than it breaks (see verify_margin); False = the update step decides")
     verify_margin: int = setting(2, "fixes minus breaks (training examples where the lesson was shown) a lesson needs",
                                  minimum=1)
+    verify_precision: float = setting(0.5, "share of the answers a lesson changed where shown that it fixed "
+                                      "(fixes / (fixes + breaks + other changes)) it needs to be kept", minimum=0)
+    verify_shift: bool = setting(True, "drop a lesson that is right on no more of the examples it was shown to than "
+                                 "its shift: answering the answer it moved most answers to, to every one of them")
     verify_batch: int = setting(12, "other training examples a lesson is tried on once it fixed one it came from",
                                 minimum=0)
     max_trajectory_chars: int | None = setting(8000, "most characters of trajectory one reflection call reads "
@@ -144,6 +151,8 @@ class TrainingFreeGRPOSettings:
         if not self.extraction and not (self.induction and self.ground_truth):
             raise ValueError("extraction=False leaves no source of lessons: it needs induction=True and "
                              "ground_truth=True")
+        if not 0 <= self.verify_precision <= 1:
+            raise ValueError(f"verify_precision must be in [0, 1], got {self.verify_precision!r}")
         if not 0 < self.max_error_rate <= 1:
             raise ValueError(f"max_error_rate must be in (0, 1], got {self.max_error_rate!r}")
 

@@ -181,6 +181,24 @@ def majority_vote_scores(answers: Sequence[str | None]) -> tuple[list[float], st
     return [1.0 if a == winner else 0.0 for a in normalized], winner
 
 
+# -- answers ---------------------------------------------------------------------------------------
+def final_outputs(outputs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The outputs without the reasoning: what a metric reads, and what two runs are compared on (a chain of
+    thought is reworded by any change of the prompt)."""
+    if outputs is None:
+        return None
+    return {name: value for name, value in outputs.items() if name != "reasoning"}
+
+
+def answer_text(outputs: dict[str, Any] | None) -> str:
+    """The final outputs as one text, e.g. 'queue: general'; '(no answer)' without outputs."""
+    final = final_outputs(outputs)
+    if not final:
+        return "(no answer)"
+    return "; ".join(f"{name}: {value if isinstance(value, str) else _to_text(value)}"
+                     for name, value in final.items())
+
+
 # -- running -------------------------------------------------------------------------------------
 def jsonable(value: Any, limit: int = MAX_FIELD_CHARS) -> Any:
     """A JSON-safe, size-bounded copy of a value for logs and prompts."""

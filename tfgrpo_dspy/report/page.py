@@ -163,15 +163,30 @@ def _checks_table(run: Run) -> str:
     if not run.checks:
         return ""
     rows = [(c.get("step"), c.get("text"), c.get("origin"), len(c.get("sources") or []), len(c.get("tried") or []),
-             len(c.get("shown") or []), _examples(c.get("fixes")), _examples(c.get("breaks")), c.get("net"),
+             len(c.get("shown") or []), _examples(c.get("fixes")), _examples(c.get("breaks")),
+             _examples(c.get("changes")), c.get("net"), _precision(c), c.get("target") or "", _shift(c),
              _status("kept" if c.get("kept") else "dropped", bool(c.get("kept"))), c.get("reason"))
             for c in run.checks]
     headers = ("step", "candidate lesson", "from", "sources", "tried", "shown", "fixed (examples)",
-               "broke (examples)", "net", "verdict", "why")
+               "broke (examples)", "other changes", "net", "precision", "target", "right: lesson / its shift",
+               "verdict", "why")
     return ("<h2>Verification</h2><p>Each candidate in turn, in this order, added to the library of its step with "
             "the candidates kept before it, and run greedily on training examples, paired with that library without "
-            "it; a fix or break counts only where the lesson was shown.</p>"
+            "it. Every answer it changed counts, only where the lesson was shown: fixes, breaks and other changes "
+            "(one wrong answer to another); precision is fixes over all three. Its shift answers its target (the "
+            "answer it moved most answers to) to every example it was shown to: a lesson that does no better "
+            "only moves answers, it does not tell inputs apart.</p>"
             f"{_table(headers, rows)}")
+
+
+def _precision(check: dict[str, Any]) -> str:
+    return "" if check.get("precision") is None else f"{check['precision']:.2f}"
+
+
+def _shift(check: dict[str, Any]) -> str:
+    if check.get("shift_right") is None:
+        return ""
+    return f"{check.get('lesson_right', 0)} / {check['shift_right']} of {len(check.get('shown') or [])}"
 
 
 def _examples(indices: Any) -> str:

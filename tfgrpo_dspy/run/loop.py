@@ -18,10 +18,10 @@ from tfgrpo_dspy.reflection.reflection import SUCCESS, Proposal, RolloutSummary
 from tfgrpo_dspy.run.accounting import StopRun
 from tfgrpo_dspy.run.context import RunContext
 from tfgrpo_dspy.run.gate import Edit, StepGate, candidate_record
+from tfgrpo_dspy.run.judgement import LessonCheck
 from tfgrpo_dspy.run.phases import Phases
 from tfgrpo_dspy.run.results import Candidate, StepStats, TrainingFreeGRPOResult
 from tfgrpo_dspy.run.selection import Selector
-from tfgrpo_dspy.run.verification import LessonCheck
 from tfgrpo_dspy.usage import Usage
 
 logger = logging.getLogger(__name__)

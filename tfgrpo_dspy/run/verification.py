@@ -7,18 +7,20 @@ repeatable path, where an answer changes only because the prompt did) on TRAININ
 the current library's own greedy runs of the same examples:
 
     1. the examples it was induced from: a candidate that fixes none of them is dropped at once;
-    2. a batch of other training examples (``verify_batch``), half that the current library gets right
-       (where a lesson can break something) and half that it gets wrong, each half taking the
-       references in turn so that the batch reflects the task's mix of answers.
+    2. a batch of other training examples (``verify_batch``): first those its induction was told to tell
+       its sources apart from, then half that the current library gets right (where a lesson can break
+       something) and half that it gets wrong, each half taking the references in turn so that the batch
+       reflects the task's mix of answers; with routes, only examples the lesson would be shown to.
 
-A fix (wrong -> right) or a break (right -> wrong) counts only where the candidate was shown: with
+Every answer it changes counts, and only where the candidate was shown (`tfgrpo_dspy.run.judgement`): with
 retrieval (``top_k``) the lesson reaches only the calls it is retrieved for, and elsewhere the prompt,
 and so the answer, is the current library's. With ``route_by="example"`` a candidate is routed to the
 inputs of the examples it came from, and each training example is shown the lessons of its nearest OTHER
 training input (leave-one-out, `leaving_out`), so a lesson is credited only where a new input like that
 example would see it; a kept lesson is routed to its sources and its fixes. A candidate is kept when its
-fixes minus its breaks reach ``verify_margin`` and it breaks fewer than it fixes. Every run is kept in the
-run log by library fingerprint, so a resumed run or a candidate tried twice is never paid for again.
+fixes minus its breaks reach ``verify_margin``, it breaks fewer than it fixes, its precision reaches
+``verify_precision`` and it does better than its shift. Every run is kept in the run log by library
+fingerprint, so a resumed run or a candidate tried twice is never paid for again.
 """
 
 from __future__ import annotations
@@ -27,19 +29,25 @@ import logging
 import random
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import dspy
 import tqdm
 
-from tfgrpo_dspy.inference.injection import collect_shown_lessons, route_text, with_experiences
-from tfgrpo_dspy.inference.rollouts import run_rollout
+from tfgrpo_dspy.inference.injection import (
+    collect_shown_lessons,
+    leaving_out,
+    route_text,
+    shown_lessons,
+    with_experiences,
+)
+from tfgrpo_dspy.inference.rollouts import final_outputs, jsonable, run_rollout
 from tfgrpo_dspy.library.edits import ApplyReport, EditOp
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.parallel import map_in_threads
-from tfgrpo_dspy.reflection.reflection import SUCCESS
 from tfgrpo_dspy.run.accounting import Ledger
+from tfgrpo_dspy.run.judgement import LessonCheck, Trial, judge, shift_scorer, tally
 from tfgrpo_dspy.run.runlog import RunLog
 from tfgrpo_dspy.run.selection import library_fingerprint
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
@@ -50,49 +58,14 @@ ROLE = "verification"
 
 
 @dataclass(frozen=True)
-class Trial:
-    """One greedy run of one training example with one library: its score and the lessons its calls showed."""
-
-    score: float
-    shown: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class LessonCheck:
-    """One candidate's verification: where it was tried, what it fixed and broke there, and the verdict."""
-
-    text: str
-    origin: str  # "induction" or "extraction"
-    sources: tuple[int, ...]
-    tried: tuple[int, ...] = ()  # training examples run with the candidate
-    shown: tuple[int, ...] = ()  # ... of which its lesson reached at least one call
-    fixes: tuple[int, ...] = ()  # shown, wrong with the current library, right with the candidate
-    breaks: tuple[int, ...] = ()  # shown, right with the current library, wrong with the candidate
-    kept: bool = False
-    reason: str = ""
-
-    @property
-    def net(self) -> int:
-        return len(self.fixes) - len(self.breaks)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "net": self.net}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LessonCheck:
-        return cls(text=data["text"], origin=data.get("origin", "induction"), sources=tuple(data.get("sources", ())),
-                   tried=tuple(data.get("tried", ())), shown=tuple(data.get("shown", ())),
-                   fixes=tuple(data.get("fixes", ())), breaks=tuple(data.get("breaks", ())),
-                   kept=bool(data.get("kept")), reason=str(data.get("reason", "")))
-
-
-@dataclass(frozen=True)
 class CandidateLesson:
-    """A lesson proposed this step, with the training examples it came from."""
+    """A lesson proposed this step, with the training examples it came from and those its induction was told
+    to tell them apart from (tried first: where a lesson that only shifts answers shows it)."""
 
     text: str
     origin: str
     sources: tuple[int, ...]
+    contrast: tuple[int, ...] = ()
 
 
 @dataclass
@@ -105,13 +78,14 @@ class TrialCache:
     def get(self, fingerprint: str) -> dict[int, Trial]:
         if fingerprint not in self.trials:
             recorded = self.log.load_library_record("verification", fingerprint) or {}
-            self.trials[fingerprint] = {int(i): Trial(t["score"], tuple(t.get("shown", ())))
+            self.trials[fingerprint] = {int(i): Trial(t["score"], tuple(t.get("shown", ())), t.get("outputs"))
                                         for i, t in (recorded.get("trials") or {}).items()}
         return self.trials[fingerprint]
 
     def save(self, fingerprint: str, library: ExperienceLibrary) -> None:
         self.log.save_library_record("verification", fingerprint, {"library": library.texts, "trials": {
-            str(i): {"score": t.score, "shown": list(t.shown)} for i, t in sorted(self.trials[fingerprint].items())}})
+            str(i): {"score": t.score, "shown": list(t.shown), "outputs": t.outputs}
+            for i, t in sorted(self.trials[fingerprint].items())}})
 
 
 class Verifier:
@@ -127,6 +101,8 @@ class Verifier:
         self.ledger = ledger
         self.reference = reference
         self.cache = TrialCache(log)
+        self.shift_score = (shift_scorer(metric, self.trainset, settings.failure_score) if settings.verify_shift
+                            else None)
         # The training inputs lessons are routed by (route_by="example"), by example index; None: no routes.
         self.route_inputs = ([route_text(e.inputs().toDict()) for e in self.trainset]
                              if settings.route_by == "example" else None)
@@ -148,7 +124,7 @@ class Verifier:
                                           rollout_id=0, temperature=0.0, metric=self.metric,
                                           failure_score=s.failure_score, timeout=s.call_timeout)
                 score = rollout.score if rollout.scored else s.failure_score
-                return Trial(score, tuple(sorted(shown))), rollout
+                return Trial(score, tuple(sorted(shown)), jsonable(final_outputs(rollout.outputs))), rollout
 
             with tqdm.tqdm(total=len(todo), desc=f"verification ({len(library)} lessons)", leave=False,
                            disable=not s.progress) as bar:
@@ -207,37 +183,42 @@ class Verifier:
             detail = entry.detail if entry is not None else "not applied"
             return LessonCheck(candidate.text, candidate.origin, candidate.sources, reason=f"not added: {detail}")
         lesson_id = entry.result_id
+        check = LessonCheck(candidate.text, candidate.origin, candidate.sources)
         sources = [i for i in candidate.sources if i in baseline]
         first = self.run(with_candidate, sources)
-        check = self._tally(candidate, lesson_id, baseline, first)
+        check = tally(check, lesson_id, baseline, first, self.shift_score)
         if not check.fixes:
-            return _verdict(check, False, f"fixed none of the {len(sources)} example(s) it came from"
-                                          f" ({len(check.shown)} shown)")
-        batch = self.batch(candidate, baseline)
-        second = self.run(with_candidate, batch)
-        check = self._tally(candidate, lesson_id, baseline, {**first, **second})
-        margin = self.settings.verify_margin
-        summary = (f"{len(check.fixes)} fixed / {len(check.breaks)} broken where shown "
-                   f"({len(check.shown)} of {len(check.tried)} training examples tried)")
-        if check.net >= margin and len(check.breaks) < len(check.fixes):
-            return _verdict(check, True, f"{summary}: net {check.net:+d} reaches {margin:+d}")
-        return _verdict(check, False, f"{summary}: net {check.net:+d}, needs {margin:+d} and fewer breaks than "
-                                      "fixes")
+            return replace(check, reason=f"fixed none of the {len(sources)} example(s) it came from"
+                                         f" ({len(check.shown)} shown)")
+        second = self.run(with_candidate, self.batch(candidate, baseline, with_candidate, lesson_id))
+        return judge(tally(check, lesson_id, baseline, {**first, **second}, self.shift_score), self.settings)
 
-    def batch(self, candidate: CandidateLesson, baseline: dict[int, Trial]) -> list[int]:
-        """Other training examples: half the current library gets right, half it gets wrong, references in turn
-        (seeded by the candidate, so a resumed run draws the same batch)."""
+    def batch(self, candidate: CandidateLesson, baseline: dict[int, Trial], with_candidate: ExperienceLibrary,
+              lesson_id: int) -> list[int]:
+        """Other training examples: first those its induction contrasted its sources with, then half the current
+        library gets right and half it gets wrong, references in turn (seeded by the candidate, so a resumed run
+        draws the same batch). With routes, only examples the lesson would be shown to: elsewhere the prompt is
+        the current library's and the trial tells nothing."""
         size = self.settings.verify_batch
         rng = random.Random(f"{self.settings.seed}:{candidate.text}")
-        others = [i for i in baseline if i not in candidate.sources]
-        right = [i for i in others if baseline[i].score >= SUCCESS]
-        wrong = [i for i in others if baseline[i].score < SUCCESS]
-        take_right = min(len(right), size // 2)
-        chosen = self._by_reference(right, take_right, rng)
+        pool = [i for i in baseline if i not in candidate.sources]
+        if self.route_inputs is not None:
+            pool = [i for i in pool if self._reaches(with_candidate, lesson_id, self.route_inputs[i])]
+        chosen = [i for i in candidate.contrast if i in pool][:size]
+        rest = [i for i in pool if i not in chosen]
+        right = [i for i in rest if baseline[i].right]
+        wrong = [i for i in rest if not baseline[i].right]
+        chosen += self._by_reference(right, min(len(right), (size - len(chosen)) // 2), rng)
         chosen += self._by_reference(wrong, min(len(wrong), size - len(chosen)), rng)
         if len(chosen) < size:  # too few wrong ones: fill with right ones
             chosen += self._by_reference([i for i in right if i not in chosen], size - len(chosen), rng)
         return chosen
+
+    def _reaches(self, library: ExperienceLibrary, lesson_id: int, query: str) -> bool:
+        """Whether a training example routed by ``query`` would be shown the lesson (its own route left out, as
+        in its trials)."""
+        with leaving_out(query):
+            return any(e.id == lesson_id for e in shown_lessons(library, query, self.settings.top_k))
 
     def _by_reference(self, indices: list[int], count: int, rng: random.Random) -> list[int]:
         by_reference: dict[str, list[int]] = defaultdict(list)
@@ -251,17 +232,3 @@ class Verifier:
                 if queue and len(chosen) < count:
                     chosen.append(queue.pop())
         return chosen
-
-    @staticmethod
-    def _tally(candidate: CandidateLesson, lesson_id: int, baseline: dict[int, Trial], trials: dict[int, Trial]
-               ) -> LessonCheck:
-        shown = [i for i, t in trials.items() if lesson_id in t.shown]
-        fixes = [i for i in shown if baseline[i].score < SUCCESS <= trials[i].score]
-        breaks = [i for i in shown if trials[i].score < SUCCESS <= baseline[i].score]
-        return LessonCheck(candidate.text, candidate.origin, candidate.sources, tried=tuple(sorted(trials)),
-                           shown=tuple(sorted(shown)), fixes=tuple(sorted(fixes)), breaks=tuple(sorted(breaks)))
-
-
-def _verdict(check: LessonCheck, kept: bool, reason: str) -> LessonCheck:
-    return LessonCheck(check.text, check.origin, check.sources, check.tried, check.shown, check.fixes, check.breaks,
-                       kept, reason)
