@@ -266,3 +266,140 @@ def test_without_the_per_group_reflection_lessons_come_from_the_induction_only()
 def test_turning_off_the_per_group_reflection_needs_the_induction(options):
     with pytest.raises(ValueError, match="extraction=False"):
         TrainingFreeGRPO(metric=exact, extraction=False, **options)
+
+
+# -- every changed answer counts, and a lesson must beat its shift (issue 40) ----------------------------------
+SHIFT = "When a customer writes, answer payments."
+
+
+def three_queues() -> list[dspy.Example]:
+    """Refund, login and opening-hours questions; the scripted policy below answers all of them 'other'."""
+    rows = [(f"Route this: I want a refund for order {i}.", "payments") for i in range(4)]
+    rows += [(f"Route this: my login fails on device {i}.", "accounts") for i in range(4)]
+    rows += [(f"Route this: a question about opening hours {i}.", "general") for i in range(4)]
+    return [dspy.Example(question=q, answer=a).with_inputs("question") for q, a in rows]
+
+
+def low_base_policy(call: Call) -> dict[str, str]:
+    """Nothing right without a lesson (a low base accuracy: nothing can break); the shift lesson moves every
+    answer to payments, the precise one only the refund questions."""
+    lessons, question = shown_lessons(call), call.inputs["question"]
+    if "customer writes" in lessons or ("refund" in lessons and "refund" in question):
+        return {"answer": "payments"}
+    return {"answer": "other"}
+
+
+def verify_on_three_queues(candidate: str, **settings) -> tuple:
+    trainset = three_queues()
+    options = dict(verify_batch=9, num_threads=1, progress=False)
+    options.update(settings)
+    verifier = Verifier(dspy.Predict("question -> answer"), trainset, exact, TrainingFreeGRPOSettings(**options),
+                        RunLog(None), Ledger(), reference=lambda i: trainset[i].answer)
+    with dspy.context(lm=scripted_lm(low_base_policy)):
+        (check,) = verifier.check([CandidateLesson(candidate, "induction", (0, 1, 2))], ExperienceLibrary())
+    return check
+
+
+def test_a_shift_lesson_is_dropped_though_it_fixes_and_breaks_nothing():
+    check = verify_on_three_queues(SHIFT)
+    # Counting fixes and breaks only, it would pass: 4 fixed, 0 broken, net +4 against a margin of 2...
+    assert check.fixes == (0, 1, 2, 3) and check.breaks == () and check.net == 4
+    # ...but it moved 8 other answers from one wrong queue to another: precision 4 / 12.
+    assert len(check.changes) == 8 and check.precision == pytest.approx(1 / 3)
+    assert check.target == "answer: payments" and not check.kept
+    assert "precision below 0.50" in check.reason and "8 other changes" in check.reason
+
+
+def test_a_shift_lesson_is_dropped_by_its_shift_when_precision_is_not_asked_for():
+    check = verify_on_three_queues(SHIFT, verify_precision=0.0)
+    # Answering payments to every example it was shown to is right on the same 4 and moves the same 8 wrong.
+    assert check.lesson_right == 4 and check.shift_right == 4 and check.shift_misses == 8
+    assert check.beats_shift is False and not check.kept and "no better than its shift" in check.reason
+    # Without the shift test, nothing stops it: the rule this issue replaces.
+    assert verify_on_three_queues(SHIFT, verify_precision=0.0, verify_shift=False).kept
+
+
+def test_a_precise_lesson_is_kept():
+    check = verify_on_three_queues(GOOD)
+    assert check.fixes == (0, 1, 2, 3) and check.breaks == () and check.changes == ()
+    assert check.precision == 1.0 and check.shift_right == 4 and check.shift_misses == 8
+    assert check.beats_shift is True and check.kept
+    assert check.reason.startswith("4 fixed / 0 broken / 0 other changes where shown")
+
+
+def test_the_check_record_keeps_what_the_report_shows():
+    check = verify_on_three_queues(SHIFT)
+    record = check.to_dict()
+    assert record["precision"] == 0.333 and record["target"] == "answer: payments" and len(record["changes"]) == 8
+    from tfgrpo_dspy.run.judgement import LessonCheck
+
+    assert LessonCheck.from_dict(record) == check
+    old = LessonCheck.from_dict({"text": GOOD, "sources": [0], "fixes": [0], "kept": True})  # before issue 40
+    assert old.changes == () and old.shift_right is None and old.beats_shift is None
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5])
+def test_verify_precision_outside_zero_to_one_is_refused_by_name(value):
+    with pytest.raises(ValueError, match="verify_precision"):
+        TrainingFreeGRPO(metric=exact, verify_precision=value)
+
+
+# -- contrastive induction (issue 40) --------------------------------------------------------------------------
+def test_the_induction_is_shown_the_examples_it_confuses_with_its_failures_first():
+    """The refund failures were answered 'general': the hours questions (whose answer that is) are what the
+    rule must tell them apart from, so they come first; then the nearest other inputs."""
+    contrasts = []
+
+    class Recording(Router):
+        def __call__(self, call):
+            if call.kind == "induce":
+                contrasts.append(call.inputs["contrast"])
+            return super().__call__(call)
+
+    trainset = questions(0, 4, 3) + [dspy.Example(question=f"Route this: my login fails {i}.", answer="accounts")
+                                     .with_inputs("question") for i in range(2)]
+    compile_router(Recording(), trainset, valset=questions(100, 2, 2), induction_contrast=4)
+    assert contrasts
+    shown = contrasts[0]
+    blocks = shown.split("### Other input ")[1:]
+    assert len(blocks) == 4
+    assert all("opening hours" in b and "Correct answer: answer: general" in b for b in blocks[:3])
+    assert "login" in blocks[3] and "refund" not in shown  # no failure of the set is its own contrast
+
+
+def test_contrast_of_puts_examples_the_program_answered_the_sets_answer_first():
+    from tfgrpo_dspy.reflection.induction import Failure, InductionSet, contrast_of
+
+    texts = {0: "refund for my order", 1: "refund for my parcel", 2: "refund for my box",
+             3: "opening hours of the shop", 4: "my order never came", 5: "login fails"}
+    refs = {0: "payments", 1: "payments", 2: "payments", 3: "general", 4: "delivery", 5: "accounts"}
+    induction_set = InductionSet(tuple(Failure(i, "payments", "accounts") for i in range(3)), shared=True)
+    # The program answered the delivery question 'payments' (the set's answer): confused, so first; the login
+    # one is confused the other way (the set was answered 'accounts'); then the rest by words.
+    answers = {4: {"payments"}, 3: {"general"}}
+    contrast = contrast_of(induction_set, answers, refs.__getitem__, texts.__getitem__, range(6), size=3)
+    assert set(contrast[:2]) == {4, 5} and contrast[2] == 3
+    assert contrast_of(induction_set, answers, refs.__getitem__, texts.__getitem__, range(6), size=0) == ()
+
+
+def test_a_custom_induce_signature_without_contrast_reads_it_in_its_failures():
+    from tfgrpo_dspy.reflection.reflection import ReflectionSignatures, Reflector
+
+    class OldInduce(dspy.Signature):
+        """Find a rule."""
+
+        failures: str = dspy.InputField()
+        condition: str = dspy.OutputField()
+        action: str = dspy.OutputField()
+
+    seen = []
+
+    def lm(call):
+        seen.append(call.inputs)
+        return {"condition": "a refund", "action": "answer payments"}
+
+    reflector = Reflector(signatures=ReflectionSignatures.with_overrides({"induce": OldInduce}))
+    with dspy.context(lm=scripted_lm(lm)):
+        raw, error, _ = reflector.induce("### Input 1\nq", 0, 0.9, "### Other input 1\nr")
+    assert error is None and raw.condition == "a refund"
+    assert "Inputs with other correct answers:\n### Other input 1\nr" in seen[0]["failures"]

@@ -19,7 +19,7 @@ from typing import Any
 import dspy
 from dspy.utils.exceptions import ContextWindowExceededError
 
-from tfgrpo_dspy.inference.rollouts import GroupOutcome, Rollout
+from tfgrpo_dspy.inference.rollouts import GroupOutcome, Rollout, answer_text
 from tfgrpo_dspy.library.edits import EditOp
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.parallel import call_with_timeout
@@ -107,6 +107,11 @@ class UpdateDecision(UsageRecord):
                    error=data.get("error"), usage=Usage.from_dict(data.get("usage")))
 
 
+# Fields a user's own Signature may leave out: the induction's contrast, added later, is then read with its
+# failures (`Reflector.induce`).
+OPTIONAL_FIELDS = {"induce": {"contrast"}}
+
+
 @dataclass(frozen=True)
 class ReflectionSignatures:
     """The Signature of each reflection step; pass your own with the same field names to change a prompt."""
@@ -129,7 +134,7 @@ class ReflectionSignatures:
             if not (isinstance(signature, type) and issubclass(signature, dspy.Signature)):
                 raise TypeError(f"signatures[{step!r}] must be a dspy.Signature class, got {signature!r}")
             expected = getattr(defaults, step)
-            missing = sorted(set(expected.fields) - set(signature.fields))
+            missing = sorted(set(expected.fields) - set(signature.fields) - OPTIONAL_FIELDS.get(step, set()))
             if missing:
                 raise ValueError(f"signatures[{step!r}] lacks the fields {missing} that {expected.__name__} has")
         return cls(**overrides)
@@ -163,6 +168,15 @@ def format_reference(example: dspy.Example, reference_fields: Sequence[str] | No
     labels = example.labels()
     lines = [f"{name}: {as_text(labels[name])}" for name in reference_fields if name in labels]
     return "\n".join(lines) or "not given"
+
+
+def format_answer(outputs: dict[str, Any] | None, reference_fields: Sequence[str] | None) -> str:
+    """The program's outputs written as `format_reference` writes a reference (the reference fields it
+    answered), so the two compare; all final outputs when it answered none of them."""
+    if not outputs:
+        return "(no answer)"
+    lines = [f"{name}: {as_text(outputs[name])}" for name in reference_fields or () if name in outputs]
+    return "\n".join(lines) or answer_text(outputs)
 
 
 def format_trajectory(rollout: Rollout) -> str:
@@ -391,11 +405,20 @@ class Reflector:
         return Extraction(str(prediction.difference or ""), lessons, parse_ids(prediction.misleading, library),
                           parse_ids(getattr(prediction, "useful", None), library), unparsed), None, usage
 
-    def induce(self, failures_text: str, sample: int, temperature: float) -> tuple[RawLesson | None, str | None, Usage]:
-        """One candidate rule for several failed inputs; ``sample`` numbers the draws of one induction, so
-        each is a new sample at ``temperature`` (its own rollout id), not a cache hit of the first."""
-        prediction, error, usage = self.run(self.signatures.induce, failures=failures_text,
-                                            _sample=(sample, temperature))
+    def induce(self, failures_text: str, sample: int, temperature: float, contrast_text: str = ""
+               ) -> tuple[RawLesson | None, str | None, Usage]:
+        """One candidate rule for several failed inputs, told apart from the contrast inputs; ``sample`` numbers
+        the draws of one induction, so each is a new sample at ``temperature`` (its own rollout id), not a
+        cache hit of the first ("" = no contrast). A signature without a ``contrast`` field (a user's own) reads
+        both in one."""
+        signature = self.signatures.induce
+        if "contrast" in signature.input_fields:
+            inputs = {"failures": failures_text, "contrast": contrast_text or "(none)"}
+        elif contrast_text:
+            inputs = {"failures": f"{failures_text}\n\nInputs with other correct answers:\n{contrast_text}"}
+        else:
+            inputs = {"failures": failures_text}
+        prediction, error, usage = self.run(signature, **inputs, _sample=(sample, temperature))
         if prediction is None:
             return None, error, usage
         return RawLesson(str(prediction.condition or ""), str(prediction.action or "")), None, usage

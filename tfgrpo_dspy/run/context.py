@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import dspy
 
 from tfgrpo_dspy.inference.rollouts import GroupOutcome
 from tfgrpo_dspy.reflection.guard import LessonGuard
 from tfgrpo_dspy.reflection.lessons import ExampleMaterial, Vocabulary
-from tfgrpo_dspy.reflection.reflection import Reflector, as_text, format_reference
+from tfgrpo_dspy.reflection.reflection import Reflector, as_text, format_answer, format_reference
 from tfgrpo_dspy.run.accounting import Ledger
 from tfgrpo_dspy.run.runlog import RunLog
 from tfgrpo_dspy.run.verification import Verifier
@@ -72,6 +73,10 @@ class RunContext:
 
     def reference(self, index: int) -> str:
         return format_reference(self.trainset[index], self.reference_fields)
+
+    def answer(self, outputs: dict[str, Any] | None) -> str:
+        """The program's outputs written as a reference is, to compare with one."""
+        return format_answer(outputs, self.reference_fields)
 
     def material(self, index: int, group: GroupOutcome | None = None) -> ExampleMaterial:
         return example_material(self.trainset[index], self.reference_fields, group)

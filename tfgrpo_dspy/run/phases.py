@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import tqdm
@@ -32,16 +33,20 @@ from tfgrpo_dspy.parallel import map_in_threads
 from tfgrpo_dspy.reflection.induction import (
     Induction,
     InductionSet,
+    answers_of,
+    contrast_of,
     failures_of,
     first_sentence,
+    format_contrast,
     format_failures,
     induction_sets,
 )
 from tfgrpo_dspy.reflection.lessons import LessonCluster, cluster_lessons, render_lesson
 from tfgrpo_dspy.reflection.reflection import Lesson, Proposal, RolloutSummary, UpdateDecision
 from tfgrpo_dspy.run.context import RunContext
+from tfgrpo_dspy.run.judgement import LessonCheck
 from tfgrpo_dspy.run.update import UpdatePhase
-from tfgrpo_dspy.run.verification import CandidateLesson, LessonCheck
+from tfgrpo_dspy.run.verification import CandidateLesson
 
 logger = logging.getLogger(__name__)
 
@@ -138,8 +143,12 @@ class Phases:
     # -- induce -------------------------------------------------------------------------------------
     def induce(self, step: int, groups: Sequence[GroupOutcome]) -> list[Induction]:
         """Sets of failed examples, each sampled num_candidates times (a new draw per step and candidate)."""
-        s = self.ctx.settings
-        sets = induction_sets(failures_of(groups, self.ctx.reference), self.ctx.task_text, s.induction_examples)
+        ctx, s = self.ctx, self.ctx.settings
+        sets = induction_sets(failures_of(groups, ctx.reference, ctx.answer), ctx.task_text, s.induction_examples)
+        answers = answers_of(groups, ctx.answer)
+        everyone = range(len(ctx.trainset))
+        sets = [replace(x, contrast=contrast_of(x, answers, ctx.reference, ctx.task_text, everyone,
+                                                s.induction_contrast)) for x in sets]
         # Draw by draw across the sets (every set's first draw, then every set's second...): calls sent together
         # then have different prompts, so the embedded server does not coalesce them. Coalesced, a set's draws
         # were slower (0.76x over two rounds, benchmarks/results/sample_coalescing_sets.md): unlike a rollout,
@@ -152,18 +161,23 @@ class Phases:
         return [results[job] for job in jobs]
 
     def _induce_one(self, induction_set: InductionSet, sample: int) -> Induction:
-        ctx, sources = self.ctx, list(induction_set.sources)
-        text = format_failures(induction_set, lambda i: ctx.trainset[i].inputs().toDict())
-        raw, error, usage = ctx.reflector.induce(text, sample, ctx.settings.induction_temperature)
+        ctx, sources, contrast = self.ctx, list(induction_set.sources), list(induction_set.contrast)
+
+        def inputs(index: int) -> dict[str, Any]:
+            return ctx.trainset[index].inputs().toDict()
+
+        raw, error, usage = ctx.reflector.induce(format_failures(induction_set, inputs), sample,
+                                                 ctx.settings.induction_temperature,
+                                                 format_contrast(induction_set, inputs, ctx.reference))
         if raw is None:
-            return Induction(sources, sample, error=error, usage=usage)
+            return Induction(sources, sample, contrast, error=error, usage=usage)
         lesson = render_lesson(first_sentence(raw.condition), first_sentence(raw.action))
         written = f"condition: {raw.condition} | action: {raw.action}"
         if not lesson:
-            return Induction(sources, sample, raw=written, dropped_because="empty part", usage=usage)
+            return Induction(sources, sample, contrast, raw=written, dropped_because="empty part", usage=usage)
         verdict = ctx.guard.check(lesson, [ctx.material(i) for i in sources])
-        return Induction(sources, sample, lesson=verdict.text, raw=written, dropped_because=verdict.reason
-                         if verdict.text is None else None, usage=usage + verdict.usage)
+        return Induction(sources, sample, contrast, lesson=verdict.text, raw=written,
+                         dropped_because=verdict.reason if verdict.text is None else None, usage=usage + verdict.usage)
 
     # -- verify -------------------------------------------------------------------------------------
     def verify(self, step: int, proposals: Sequence[Proposal], inductions: Sequence[Induction],
@@ -173,8 +187,14 @@ class Phases:
         pairs = [(lesson.text, lesson.source) for p in proposals for lesson in p.lessons]
         pairs += [(i.lesson, source) for i in inductions if i.lesson for source in i.sources]
         clusters = sorted(cluster_lessons(pairs), key=lambda c: -c.support)
+        contrast: dict[str, list[int]] = {}
+        for induction in inductions:
+            if induction.lesson:
+                contrast.setdefault(induction.lesson, []).extend(induction.contrast)
         candidates = [CandidateLesson(c.text, "induction" if from_induction & set(c.members) else "extraction",
-                                      tuple(c.sources)) for c in clusters]
+                                      tuple(c.sources),
+                                      tuple(dict.fromkeys(i for m in c.members for i in contrast.get(m, ()))))
+                      for c in clusters]
         checks = self.ctx.verifier.check(candidates, library)
         self.ctx.log.save(step, "checks", "lessons", {"checks": [c.to_dict() for c in checks]})
         for check in checks:
