@@ -1,6 +1,7 @@
 """No input crashes: damaged library files and run logs, odd LM text, empty sources are one clear line each."""
 
 import json
+from pathlib import Path
 
 import dspy
 import pytest
@@ -32,7 +33,8 @@ LIBRARY_CASES = [
     (broken(exp__1__id=1), "duplicate id(s) [1]"),
     (broken(exp__0__text=None), "experiences[0].text: must be a non-empty string, got None"),
     (broken(exp__0__text="one two three four five six seven eight nine"), "over max_words=8"),
-    (broken(version=4), "unknown format version 4"),
+    (broken(version=4), "format version 4 is not one this release reads (reads 1, 2, 3); if a newer tfgrpo-dspy "
+                        "wrote it, upgrade to read it"),
     (broken(next_id=2), "next_id: 2 is not above the largest id 2"),
     (broken(next_id="x"), "next_id: must be a positive integer"),
     (broken(max_words=0), "max_words: must be a positive integer or null"),
@@ -85,6 +87,77 @@ def test_version_1_files_still_load():
            "audit_log": [{"step": 2, "op": "delete", "status": "applied", "detail": "deleted E2", "id": 2}]}
     library = ExperienceLibrary.from_dict(old)
     assert library[1].uses == 0 and library.next_id == 4 and library.audit_log[0].detail == "deleted E2"
+
+
+READS = "(reads 1, 2, 3)"
+NEWER = "; if a newer tfgrpo-dspy wrote it, upgrade to read it"
+VERSION_CASES = [
+    ({"version": 4}, f"format version 4 is not one this release reads {READS}{NEWER}"),
+    ({"version": 0}, f"format version 0 is not one this release reads {READS}"),
+    ({"version": "2"}, f'format version "2" is not one this release reads {READS}'),
+    ({"version": 2.0}, f"format version 2.0 is not one this release reads {READS}"),
+    ({"version": True}, f"format version true is not one this release reads {READS}"),
+    # A newer version may have changed any other field: the version is checked before them.
+    ({"version": 4, "experiences": {"1": "When a, do b."}}, f"format version 4 is not one this release reads "
+                                                             f"{READS}{NEWER}"),
+    ({"version": None}, f"format version null is not one this release reads {READS}"),
+    ({"version": "missing"}, "has no format version, which every tfgrpo-dspy release writes (this release reads 1, "
+                             '2, 3); if you wrote the file by hand, add "version": 3'),
+]
+
+
+def _with_version(changes: dict) -> bytes:
+    data = {**GOOD, **changes}
+    if data["version"] == "missing":
+        del data["version"]
+    return json.dumps(data, indent=2).encode()
+
+
+@pytest.mark.parametrize(("changes", "message"), VERSION_CASES)
+def test_a_library_of_a_version_this_release_does_not_read_is_refused_and_left_untouched(tmp_path, changes,
+                                                                                          message):
+    path = tmp_path / "library.json"
+    path.write_bytes(_with_version(changes))
+    before = path.read_bytes()
+    with pytest.raises(LibraryFileError) as caught:
+        ExperienceLibrary.load(path)
+    assert str(caught.value) == f"{path}: {message}"
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["library.json"]
+
+
+@pytest.mark.parametrize("command", ["show", "diff", "eval", "train"])
+def test_every_command_refuses_a_newer_library_in_one_line_and_leaves_it_untouched(tmp_path, monkeypatch,
+                                                                                   capsys, command):
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was made for a library that cannot be read")
+
+    monkeypatch.setattr(cli, "make_lm", no_model)
+    path = tmp_path / "library.json"
+    path.write_bytes(_with_version({"version": 4}))
+    before = path.read_bytes()
+    argv = {"show": ["show", str(path)], "diff": ["diff", str(path), str(path)],
+            "eval": ["eval", "--task", "wordproblems", "--n", "2", "--library", str(path)],
+            "train": ["train", "--task", "wordproblems", "--n", "2", "--library", str(path), "--out",
+                      str(tmp_path / "run")]}[command]
+    assert cli.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"tfgrpo {command}: error: {path}: format version 4 is not one this release reads "
+                            f"{READS}{NEWER}\n")
+    assert captured.out == "" and path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["library.json"]  # nor anything written beside it
+
+
+def test_show_reads_a_version_1_file_and_logs_that_it_was_migrated_without_writing_it(tmp_path, capsys, caplog):
+    fixture = Path(__file__).parent / "fixtures" / "library" / "version1.json"  # written by the first release
+    path = tmp_path / "library.json"
+    path.write_bytes(fixture.read_bytes())
+    with caplog.at_level("INFO", logger="tfgrpo_dspy.library.file"):
+        assert cli.main(["show", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"{path}: 2 lessons (~31 tokens; max 40 lessons, 32 words each)"
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", f"{path}: format version 1 migrated to version 2 as it was read: its lessons start with no sources "
+                 "and zero uses, helpful and harmful counts (the file is unchanged)")]
+    assert path.read_bytes() == fixture.read_bytes()
 
 
 def test_show_and_diff_escape_terminal_control_characters(tmp_path, capsys):

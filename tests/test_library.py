@@ -177,3 +177,36 @@ def test_library_file_does_not_import_the_library_module():
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     assert "tfgrpo_dspy.library.library" not in imported and "tfgrpo_dspy" not in imported
+
+
+# Written by the first release (cf99f8a, format 1: no counters, no sources), with that commit's own library.py.
+VERSION_1_FILE = Path(__file__).parent / "fixtures" / "library" / "version1.json"
+
+
+def test_a_version_1_file_is_read_migrated_in_memory_and_left_as_it_was(tmp_path, caplog):
+    path = tmp_path / "library.json"
+    path.write_bytes(VERSION_1_FILE.read_bytes())
+    with caplog.at_level("INFO", logger="tfgrpo_dspy.library.file"):
+        library = ExperienceLibrary.load(path)
+    assert library.texts == ["When a quantity is given in dozens, convert it to units first.",
+                             "When a price is per item, multiply by the count."]
+    assert library.next_id == 4 and (library.max_experiences, library.max_words) == (40, 32)
+    assert [(e.sources, e.uses, e.helpful, e.harmful) for e in library] == [((), 0, 0, 0)] * 2
+    assert [entry.detail for entry in library.audit_log] == ["added E2", "added E3", "deleted E3",
+                                                             "unknown id(s): E9"]
+    assert caplog.messages == [f"{path}: format version 1 migrated to version 2 as it was read: its lessons start "
+                               "with no sources and zero uses, helpful and harmful counts (the file is unchanged)"]
+    assert path.read_bytes() == VERSION_1_FILE.read_bytes()  # migrated in memory only
+    assert json.loads(library.save(tmp_path / "saved.json").read_text())["version"] == 2  # saving writes the new
+
+
+def test_a_version_2_or_3_file_is_read_without_a_migration(tmp_path, caplog):
+    routed = make("When a, do b.")
+    routed.route(1, ["an input"])
+    versions = []
+    with caplog.at_level("INFO", logger="tfgrpo_dspy.library.file"):
+        for library in (make("When a, do b."), routed):
+            path = library.save(tmp_path / "lib.json")
+            versions.append(json.loads(path.read_text())["version"])
+            assert ExperienceLibrary.load(path).same_lessons(library)
+    assert versions == [2, 3] and caplog.messages == []  # version 2: what this release writes without routes

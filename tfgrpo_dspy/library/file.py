@@ -8,6 +8,8 @@ the file, and a file with more lessons than its own ``max_experiences`` is refus
 
 from __future__ import annotations
 
+import json
+import logging
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -19,6 +21,8 @@ FORMAT_VERSION = 3  # 2 added per-lesson counters and sources, 3 the routes; old
 READABLE_VERSIONS = (1, 2, 3)
 MAX_TEXT_CHARS = 2000  # a lesson is a sentence; anything longer in a file is not one
 _AUDIT_STATUSES = ("applied", "refused")
+
+logger = logging.getLogger(__name__)
 
 
 class LibraryFileError(ValueError):
@@ -105,15 +109,15 @@ class LibraryReader:
         return LibraryFileError(f"{self.origin}: {where}: {problem}")
 
     def read(self, data: Any) -> LibraryContents:
-        if not isinstance(data, dict) or not isinstance(data.get("experiences"), list):
+        if not isinstance(data, dict) or ("format" not in data and not isinstance(data.get("experiences"), list)):
             raise LibraryFileError(f"{self.origin}: not an experience library: expected a JSON object with an "
                                    "'experiences' list")
         if data.get("format", FORMAT_NAME) != FORMAT_NAME:
             raise self.fail("format", f"not an experience library: format is {data.get('format')!r}")
-        version = data.get("version", 1)
-        if version not in READABLE_VERSIONS or isinstance(version, bool):
-            raise self.fail("version", f"unknown format version {version!r}; this tfgrpo-dspy reads "
-                            f"{', '.join(map(str, READABLE_VERSIONS))} (upgrade tfgrpo-dspy to read newer files)")
+        self.check_version(data)  # before any field whose meaning a version may change
+        if not isinstance(data.get("experiences"), list):
+            found = type(data["experiences"]).__name__ if "experiences" in data else "nothing"
+            raise self.fail("experiences", f"must be a list of lessons, got {found}")
         caps = {name: self.optional_count(data, name) for name in ("max_experiences", "max_words")}
         cap, count = caps["max_experiences"], len(data["experiences"])
         if cap is not None and count > cap:  # before reading a single lesson: a huge file costs nothing
@@ -141,6 +145,31 @@ class LibraryReader:
         known = set(ids)
         read = tuple(self.route(route, f"routes[{i}]", known) for i, route in enumerate(routes))
         return LibraryContents(experiences, entries, next_id, **caps, routes=read)
+
+    def check_version(self, data: dict[str, Any]) -> int:
+        """The file's format version, if this release reads it; otherwise one line, before any other field is read
+        (a field a newer release added, or changed the meaning of, would be silently dropped or misread)."""
+        reads = ", ".join(map(str, READABLE_VERSIONS))
+        if "version" not in data:
+            # Every release, from the first (format 1), wrote "version": a file without one was not written by
+            # tfgrpo-dspy, so its version is unknown, and unknown versions are refused.
+            raise LibraryFileError(f"{self.origin}: has no format version, which every tfgrpo-dspy release writes "
+                                   f"(this release reads {reads}); if you wrote the file by hand, add "
+                                   f'"version": {FORMAT_VERSION}')
+        version = data["version"]
+        if not _is_count(version) or version not in READABLE_VERSIONS:  # not 2.0 nor true: no release wrote those
+            newer = "; if a newer tfgrpo-dspy wrote it, upgrade to read it" if (
+                _is_count(version) and version > FORMAT_VERSION) else ""
+            shown = json.dumps(version, ensure_ascii=True, default=repr)  # as the file spells it: "2", 2.0, true
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            raise LibraryFileError(f"{self.origin}: format version {shown} is not one this release reads "
+                                   f"(reads {reads}){newer}")
+        if version == 1:
+            # Version 2 added the counters and sources, which a version-1 lesson starts without. Version 2 needs no
+            # migration: it is what this release still writes for a library without routes (version 3).
+            logger.info("%s: format version 1 migrated to version 2 as it was read: its lessons start with no "
+                        "sources and zero uses, helpful and harmful counts (the file is unchanged)", self.origin)
+        return version
 
     def route(self, item: Any, where: str, known: set[int]) -> Route:
         if not isinstance(item, dict):
