@@ -95,10 +95,27 @@ def test_infinite_loop_is_killed_on_time() -> None:
     assert "time limit" in result.for_agent()
 
 
-def test_unbounded_allocation_fails_inside_the_child() -> None:
+def _memory_limit(sandbox: PythonSandbox) -> str:
+    """How `SandboxResult.out_of_memory` names the limit of ``sandbox`` here."""
+    share = f"{sandbox.process_memory_bytes >> 20} MiB"
+    if ISOLATION.namespaces and ISOLATION.memory_capped:
+        return (f"{sandbox.memory_bytes >> 20} MiB for the whole sandbox, {share} for each of at most "
+                f"{sandbox.max_processes} processes")
+    return f"{share} for each process"
+
+
+def test_unbounded_allocation_stops_the_run_with_one_line_not_a_traceback() -> None:
     capped = PythonSandbox(timeout_seconds=15, memory_bytes=256 << 20, allow_unsafe=UNSAFE_IF_NEEDED)
-    result = capped.run("chunks = []\nwhile True:\n    chunks.append(bytearray(50 << 20))")
-    assert result.exit_code != 0 and "MemoryError" in result.stderr
+    result = capped.run("print('before')\nchunks = []\nwhile True:\n    chunks.append(bytearray(50 << 20))")
+    line = f"[stopped: out of memory at main.py line 4 (MemoryError); the limit is {_memory_limit(capped)}]"
+    assert (result.stdout, result.stderr, result.exit_code, result.out_of_memory) == ("before\n", "", 1, line)
+    assert result.for_agent() == f"stdout:\nbefore\n\n{line}" and not result.ok
+
+
+def test_an_mmap_over_the_limit_is_out_of_memory_too(sandbox: PythonSandbox) -> None:
+    result = sandbox.run("import mmap\nmmap.mmap(-1, 1 << 30)")  # OSError ENOMEM, not MemoryError
+    assert result.stderr == "" and result.for_agent() == (
+        f"[stopped: out of memory at main.py line 2 (OSError); the limit is {_memory_limit(sandbox)}]")
 
 
 def test_output_is_truncated(sandbox: PythonSandbox) -> None:
@@ -577,6 +594,74 @@ def test_all_processes_together_stay_under_memory_bytes() -> None:
     assert words[:2] == ["held", "MiB"] and len(words) == 7, result
     assert all(int(count) > 0 for count in words[2:5])  # each process did hold memory at once
     assert int(words[-1]) < 384, result
+    assert result.out_of_memory == "" and result.ok  # the code caught its MemoryErrors: nothing was stopped
+
+
+_TOUCH_200_MIB = """
+import os
+
+def touch():
+    held = [b"x" * (1 << 20) for _ in range(200)]  # 200 MiB, really touched
+    print("held", len(held), "MiB")
+
+children = []
+for _ in range(2):
+    pid = os.fork()
+    if pid == 0:
+        touch()
+        os._exit(0)
+    children.append(pid)
+for pid in children:
+    os.waitpid(pid, 0)
+touch()
+"""
+
+
+@needs_namespaces
+def test_three_processes_stopped_by_the_whole_sandbox_cap_say_so_in_one_line() -> None:
+    # The issue's probe: 3 processes touching 200 MiB each under memory_bytes=384 MiB (as root, and as nobody in
+    # test_whole_file_passes_as_an_unprivileged_user).
+    capped = PythonSandbox(timeout_seconds=30, memory_bytes=384 << 20, max_processes=3)
+    result = capped.run(_TOUCH_200_MIB)
+    line = ("[stopped: out of memory in 3 processes, the first at main.py line 5 (MemoryError); the limit is "
+            f"384 MiB for the whole sandbox, {capped.process_memory_bytes >> 20} MiB for each of at most 3 processes]")
+    assert (result.stdout, result.stderr, result.exit_code, result.timed_out) == ("", "", 1, False), result
+    assert result.out_of_memory == line and result.for_agent() == line
+
+
+def test_a_forked_process_stopped_by_the_limit_is_reported_though_main_ends_well(sandbox: PythonSandbox) -> None:
+    code = ("import os\npid = os.fork()\nif pid == 0:\n    bytearray(1 << 30)\n"
+            "os.waitpid(pid, 0)\nprint('main done')\n")
+    result = sandbox.run(code)
+    line = f"[stopped: out of memory at main.py line 4 (MemoryError); the limit is {_memory_limit(sandbox)}]"
+    assert (result.stdout, result.stderr, result.exit_code) == ("main done\n", "", 0), result
+    assert result.for_agent() == f"stdout:\nmain done\n\n{line}"
+
+
+def test_code_that_closes_the_report_descriptor_gets_the_line_in_its_stderr_and_no_file_is_written(
+    sandbox: PythonSandbox,
+) -> None:
+    # Every descriptor number the code may open is taken by a file of its own: the report must not land in one.
+    code = (
+        "import os\n"
+        "os.closerange(3, 1 << 16)\n"
+        "names = []\n"
+        "try:\n"
+        "    while True:\n"
+        "        os.open(f'file{len(names)}', os.O_CREAT | os.O_WRONLY)\n"
+        "        names.append(f'file{len(names)}')\n"
+        "except OSError:\n"
+        "    pass\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    bytearray(1 << 30)\n"
+        "os.waitpid(pid, 0)\n"
+        "print(len(names), 'files', sum(os.path.getsize(name) for name in names), 'bytes')\n"
+    )
+    result = sandbox.run(code)
+    assert result.stdout == "61 files 0 bytes\n", result  # RLIMIT_NOFILE 64, less stdin, stdout and stderr
+    assert result.stderr == "[stopped: out of memory at main.py line 12 (MemoryError)]\n"
+    assert result.out_of_memory == "" and result.exit_code == 0
 
 
 @needs_namespaces

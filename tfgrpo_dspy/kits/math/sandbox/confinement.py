@@ -48,6 +48,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -64,6 +65,8 @@ NOBODY_GID = 65534
 # Runs inside the child before the user's code: limits first, then the seccomp filter (contained runs), then the
 # socket hook, then main.py. The filter answers EPERM to every call listed in the JSON; a rule with arguments
 # refuses the call only when its arguments equal them (fcntl F_SETPIPE_SZ, setsockopt SOL_SOCKET SO_SNDBUF, ...).
+# A process of the code (main.py, or one it forked) that runs out of memory ends with one report line to the host
+# (`MEMORY_REPORT`), not a traceback, which would also need memory (and says nothing the agent can act on).
 BOOTSTRAP = r"""
 import json, resource, signal, socket, sys
 config = json.loads(sys.argv[1])
@@ -105,10 +108,49 @@ def _refuse_network(event, args, _unix=socket.AF_UNIX):
         raise PermissionError("network access is disabled in this sandbox")
 
 sys.addaudithook(_refuse_network)
+import errno as _errno, os as _os
+_report = config["report_fd"]
+_report_file = _os.fstat(_report)[1:3]  # (inode, device): the code may close the number and open something else
+_os.set_inheritable(_report, False)  # forked processes keep it, programs the code executes do not get it
+
+def _out_of_memory(error):
+    try:
+        line, frame = 0, error.__traceback__
+        while frame is not None:
+            if frame.tb_frame.f_code.co_filename == "main.py":
+                line = frame.tb_lineno  # the innermost line of the code itself
+            frame = frame.tb_next
+        error.__traceback__ = frame = None  # frees the code's frames and the memory they hold
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()  # what the code printed before stays in its output
+            except Exception:
+                pass
+        kind = type(error).__name__.encode()
+        try:
+            ours = _os.fstat(_report)[1:3] == _report_file
+        except OSError:
+            ours = False
+        if ours:
+            _os.write(_report, b"%s %d\n" % (kind, line))
+        else:  # the code closed the report file: the line goes to its stderr instead
+            _os.write(2, b"[stopped: out of memory at main.py line %d (%s)]\n" % (line, kind))
+    except BaseException:
+        pass
+    finally:
+        _os._exit(1)  # not sys.exit: no atexit handler or finalizer runs short of memory
+
 del json, resource, signal, socket, config, _refuse_network
 sys.argv = ["main.py"]
 import runpy
-runpy.run_path("main.py", run_name="__main__")
+try:
+    runpy.run_path("main.py", run_name="__main__")
+except MemoryError as error:
+    _out_of_memory(error)
+except OSError as error:  # ENOMEM: an mmap or a thread stack over RLIMIT_AS
+    if error.errno != _errno.ENOMEM:
+        raise
+    _out_of_memory(error)
 """
 
 # PID 1 of the sandbox: builds the private root filesystem, enters it, then runs the rest of its arguments.
@@ -265,8 +307,11 @@ def unsafe_launch(workspace: Path, python: list[str]) -> tuple[list[str], Path, 
 
 
 def python_command(process_memory_bytes: int, max_processes: int, timeout_seconds: float, max_file_bytes: int,
-                   contained: bool) -> list[str]:
-    """The interpreter's command line: it sets the limits, then (contained) the seccomp filter, then runs main.py."""
+                   contained: bool, report_fd: int) -> list[str]:
+    """The interpreter's command line: it sets the limits, then (contained) the seccomp filter, then runs main.py.
+
+    ``report_fd`` is a descriptor the child inherits, where each of its processes that runs out of memory writes
+    one `MEMORY_REPORT` line."""
     limits = {
         "RLIMIT_AS": process_memory_bytes,
         "RLIMIT_NPROC": max_processes,
@@ -277,8 +322,13 @@ def python_command(process_memory_bytes: int, max_processes: int, timeout_second
         "RLIMIT_MEMLOCK": 0,  # locked memory (a pinned io_uring or secret memory) is memory no one else can count
         "RLIMIT_MSGQUEUE": 0,  # POSIX message queues live in the kernel, outside every other limit
     }
-    config = {"limits": limits, "refuse": _REFUSED_CALLS if contained else None}
+    config = {"limits": limits, "refuse": _REFUSED_CALLS if contained else None, "report_fd": report_fd}
     return [sys.executable, "-I", "-c", BOOTSTRAP, json.dumps(config)]
+
+
+# One line a process of the code writes to the report descriptor when it runs out of memory: the exception's type
+# and the innermost line of main.py it was raised from (0: none), e.g. "MemoryError 6".
+MEMORY_REPORT = re.compile(rb"(MemoryError|OSError) (\d+)\n")
 
 
 @lru_cache(maxsize=1)

@@ -1,7 +1,9 @@
 """One run of untrusted Python in the sandbox: launch it contained (`.confinement`), wait, kill, collect.
 
 Each run starts a fresh child process, and nothing it started outlives it. Output is truncated to
-``max_output_chars`` per stream. A trial run (`probe_isolation`) finds out once how the sandbox works here.
+``max_output_chars`` per stream. A process of the code that the memory limit stops ends without a traceback, and
+the result says so in one line (`SandboxResult.out_of_memory`), as it does for a time-out. A trial run
+(`probe_isolation`) finds out once how the sandbox works here.
 
 Where the kernel allows no namespaces, or no cap on the whole sandbox, `PythonSandbox.run` refuses to run code
 (`SandboxUnavailable`), unless the user opts in to running it uncontained: ``PythonSandbox(allow_unsafe=True)``
@@ -24,6 +26,7 @@ from shutil import which
 from typing import BinaryIO
 
 from .confinement import (
+    MEMORY_REPORT,
     NOBODY_UID,
     SAFE_ENV_TEMPLATE,
     STAGE_RESERVE,
@@ -50,7 +53,11 @@ class SandboxUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class SandboxResult:
-    """Outcome of one run. ``exit_code`` is None when the run was killed on timeout."""
+    """Outcome of one run. ``exit_code`` is None when the run was killed on timeout.
+
+    ``out_of_memory`` is the one line that says which of the run's processes the memory limit stopped, and where
+    (empty when it stopped none); such a process ends without a traceback.
+    """
 
     stdout: str
     stderr: str
@@ -58,10 +65,11 @@ class SandboxResult:
     timed_out: bool
     duration_seconds: float
     truncated: bool = False
+    out_of_memory: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
+        return self.exit_code == 0 and not self.timed_out and not self.out_of_memory
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -73,9 +81,11 @@ class SandboxResult:
             parts.append(f"stdout:\n{self.stdout}")
         if self.stderr:
             parts.append(f"stderr:\n{self.stderr}")
+        if self.out_of_memory:
+            parts.append(self.out_of_memory)
         if self.timed_out:
             parts.append(f"[killed: time limit exceeded after {self.duration_seconds:.1f}s]")
-        elif self.exit_code != 0:
+        elif self.exit_code != 0 and not self.out_of_memory:  # exit code 1 is how a stopped main.py ends
             parts.append(f"[exit code {self.exit_code}]")
         if not parts:
             parts.append("[no output; use print() to show results]")
@@ -181,22 +191,44 @@ class PythonSandbox:
             workspace = Path(private)
             (workspace / "main.py").write_text(code, encoding="utf-8")
             contained = isolation.namespaces
-            python = python_command(self.process_memory_bytes, self.max_processes, self.timeout_seconds,
-                                    self.max_file_bytes, contained)
-            if contained:
-                command, cwd, env = contained_launch(workspace, python, self.scratch_bytes, self.timeout_seconds,
-                                                     as_nobody=isolation.dropped_uid is not None)
-            else:
-                command, cwd, env = unsafe_launch(workspace, python)
-            stdout_path, stderr_path = workspace / "stdout", workspace / "stderr"
-            with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr:
-                exit_code, timed_out, duration = self._execute(command, cwd, env, stdout, stderr, contained)
+            stdout_path, stderr_path, report_path = workspace / "stdout", workspace / "stderr", workspace / "report"
+            with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr, report_path.open("wb") as report:
+                python = python_command(self.process_memory_bytes, self.max_processes, self.timeout_seconds,
+                                        self.max_file_bytes, contained, report.fileno())
+                if contained:
+                    command, cwd, env = contained_launch(workspace, python, self.scratch_bytes,
+                                                         self.timeout_seconds,
+                                                         as_nobody=isolation.dropped_uid is not None)
+                else:
+                    command, cwd, env = unsafe_launch(workspace, python)
+                exit_code, timed_out, duration = self._execute(command, cwd, env, stdout, stderr, report.fileno(),
+                                                               contained)
             out, out_cut = _read_truncated(stdout_path, self.max_output_chars)
             err, err_cut = _read_truncated(stderr_path, self.max_output_chars)
-        return SandboxResult(out, err, exit_code, timed_out, duration, truncated=out_cut or err_cut)
+            out_of_memory = self._memory_line(report_path, isolation)
+        return SandboxResult(out, err, exit_code, timed_out, duration, truncated=out_cut or err_cut,
+                             out_of_memory=out_of_memory)
+
+    def _memory_line(self, report_path: Path, isolation: Isolation) -> str:
+        """The one line for the processes the memory limit stopped (from their reports), or "" for none."""
+        with report_path.open("rb") as handle:
+            reports = MEMORY_REPORT.findall(handle.read(64 << 10))  # the code may write there too: read a bounded part
+        if not reports:
+            return ""
+        kind, line = reports[0][0].decode(), int(reports[0][1])
+        where = f"at main.py line {line} ({kind})" if line else f"({kind})"
+        who = f"in {len(reports)} processes, the first {where}" if len(reports) > 1 else where
+        share = f"{self.process_memory_bytes >> 20} MiB"
+        if isolation.namespaces and isolation.memory_capped:
+            limit = f"{self.memory_bytes >> 20} MiB for the whole sandbox, {share} for each of at most " \
+                    f"{self.max_processes} processes"
+        else:  # allow_unsafe where nothing caps the sandbox as a whole
+            limit = f"{share} for each process"
+        return f"[stopped: out of memory {who}; the limit is {limit}]"
 
     def _execute(
-        self, command: list[str], cwd: Path, env: dict[str, str], stdout: BinaryIO, stderr: BinaryIO, contained: bool
+        self, command: list[str], cwd: Path, env: dict[str, str], stdout: BinaryIO, stderr: BinaryIO, report: int,
+        contained: bool
     ) -> tuple[int | None, bool, float]:
         started = time.monotonic()
         process = subprocess.Popen(
@@ -206,6 +238,7 @@ class PythonSandbox:
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             stderr=stderr,
+            pass_fds=(report,),  # the number python_command named; the stage passes it down to the code
             start_new_session=True,  # its own process group, so one killpg reaches its children (unsafe mode)
         )
         try:
