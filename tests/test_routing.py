@@ -119,7 +119,17 @@ def test_a_source_whose_only_neighbour_is_itself_is_not_fixed_by_its_own_route()
                                      .with_inputs("question")]
     with dspy.context(lm=scripted_lm(says_payments)):
         (check,) = verifier(trainset).check([CandidateLesson(GOOD, "induction", (4,))], ExperienceLibrary())
-    assert check.fixes == () and not check.kept and "fixed none of the 1 example(s)" in check.reason
+    assert check.fixes == () and check.shown == () and not check.kept and "needs +2" in check.reason
+
+
+def test_a_routed_candidate_its_sources_never_see_is_judged_where_it_reaches():
+    """Left out of its own route, a lone source never sees the lesson routed to it; the inputs whose nearest
+    training input it is do, and they are the evidence (once it was dropped for 'fixing none of its sources')."""
+    trainset = questions(0, 4, 4)
+    with dspy.context(lm=scripted_lm(says_payments)):
+        (check,) = verifier(trainset).check([CandidateLesson(GOOD, "induction", (0,))], ExperienceLibrary())
+    assert 0 not in check.shown and len(check.shown) >= 2 and all(i in (1, 2, 3) for i in check.shown)
+    assert check.fixes == check.shown and check.kept
 
 
 def test_route_by_example_needs_verified_lessons():
