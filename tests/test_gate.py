@@ -17,6 +17,7 @@ class RuleSelector:
     """
 
     gate = Selector.gate
+    shift = Selector.shift
 
     def __init__(self) -> None:
         self.settings = TrainingFreeGRPOSettings.from_options({})
@@ -72,3 +73,44 @@ def test_each_candidate_names_the_library_it_was_compared_with():
     combined, delete_alone, add_alone = outcome.candidates
     assert combined.compared_with == HARMFUL and delete_alone.compared_with == HARMFUL  # the current library
     assert add_alone.compared_with == "empty"  # the library kept after the delete, not the step's starting one
+
+
+class ShiftSelector:
+    """The real Selector's gate and shift on ten labelled selection examples, with no program to run."""
+
+    gate = Selector.gate
+    shift = Selector.shift
+
+    def __init__(self, answers: list[str], **settings) -> None:
+        import dspy
+
+        self.settings = TrainingFreeGRPOSettings.from_options(settings)
+        self.examples = [dspy.Example(question=f"q{i}", answer="payments" if i < 4 else "general").with_inputs(
+            "question") for i in range(10)]
+        self.metric = lambda example, prediction, trace=None: float(prediction.answer == example.answer)
+        self.answers = answers
+
+    def library_score(self, name: str) -> LibraryScore:
+        outputs = tuple({"answer": a} for a in self.answers)
+        scores = tuple(float(a == e.answer) for a, e in zip(self.answers, self.examples, strict=True))
+        return LibraryScore(name, scores, None, outputs)
+
+
+def test_a_library_that_only_moves_answers_to_one_label_is_refused_by_its_shift():
+    # The current library gets nothing right; the candidate answers payments to 9 of 10 and so wins the 4
+    # payments examples: +4 net, past the margin, but no better than answering payments to all ten.
+    selector = ShiftSelector(["payments"] * 9 + ["general"])
+    current = LibraryScore("current", (0.0,) * 10, None)
+    decision = selector.gate(current, selector.library_score("candidate"))
+    assert decision.comparison.net_wins == 5 and not decision.passed
+    assert "against its shift (always 'answer: payments', right on 4): 1 won / 0 lost (net +1, needs +2)" in (
+        decision.reason)
+    assert selector.gate(current, selector.library_score("candidate")).passed is False
+    assert ShiftSelector(["payments"] * 9 + ["general"], gate_shift=False).gate(
+        current, selector.library_score("candidate")).passed
+
+
+def test_a_library_that_tells_labels_apart_beats_its_shift():
+    selector = ShiftSelector(["payments"] * 4 + ["general"] * 6)  # every answer right
+    decision = selector.gate(LibraryScore("current", (0.0,) * 10, None), selector.library_score("candidate"))
+    assert decision.passed and "always 'answer: general', right on 6): 4 won / 0 lost" in decision.reason

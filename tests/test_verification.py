@@ -307,7 +307,7 @@ def test_a_shift_lesson_is_dropped_though_it_fixes_and_breaks_nothing():
     # ...but it moved 8 other answers from one wrong queue to another: precision 4 / 12.
     assert len(check.changes) == 8 and check.precision == pytest.approx(1 / 3)
     assert check.target == "answer: payments" and not check.kept
-    assert "precision below 0.50" in check.reason and "8 other changes" in check.reason
+    assert "precision below 0.60" in check.reason and "8 other changes" in check.reason
 
 
 def test_a_shift_lesson_is_dropped_by_its_shift_when_precision_is_not_asked_for():
@@ -403,3 +403,20 @@ def test_a_custom_induce_signature_without_contrast_reads_it_in_its_failures():
         raw, error, _ = reflector.induce("### Input 1\nq", 0, 0.9, "### Other input 1\nr")
     assert error is None and raw.condition == "a refund"
     assert "Inputs with other correct answers:\n### Other input 1\nr" in seen[0]["failures"]
+
+
+def test_a_lesson_followed_on_some_inputs_at_random_does_not_beat_its_shift():
+    """As many right as its shift, with fewer answers moved to a wrong queue: what a lesson the model follows
+    now and then does (seen on a dev run, where two such lessons shipped a program answering one queue to 87
+    of 100 held-out tickets). Only a lesson that moved nothing to a wrong answer ties its way through."""
+    from tfgrpo_dspy.run.judgement import LessonCheck, judge
+
+    settings = TrainingFreeGRPOSettings(verify_precision=0.0)
+    partial = LessonCheck("When X, answer payments.", "induction", (0,), tried=tuple(range(16)),
+                          shown=tuple(range(16)), fixes=(0, 1, 2, 3), breaks=(4, 5), changes=(6,),
+                          target="answer: payments", lesson_right=7, shift_right=7, shift_misses=8)
+    assert partial.beats_shift is False and not judge(partial, settings).kept
+    clean = LessonCheck("When X, answer payments.", "induction", (0,), tried=tuple(range(16)),
+                        shown=tuple(range(16)), fixes=(0, 1, 2, 3), target="answer: payments", lesson_right=7,
+                        shift_right=7, shift_misses=8)
+    assert clean.beats_shift is True and judge(clean, settings).kept

@@ -89,7 +89,7 @@ class TrainingFreeGRPOSettings:
                            "with it fixes more than it breaks (see verify_margin); False = the update step decides")
     verify_margin: int = setting(2, "fixes minus breaks (training examples where the lesson was shown) a lesson needs",
                                  minimum=1)
-    verify_precision: float = setting(0.5, "share of the answers a lesson changed where shown that it fixed "
+    verify_precision: float = setting(0.6, "share of the answers a lesson changed where shown that it fixed "
                                       "(fixes / (fixes + breaks + other changes)) it needs to be kept", minimum=0)
     verify_shift: bool = setting(True, "drop a lesson that is right on no more of the examples it was shown to than "
                                  "its shift: answering the answer it moved most answers to, to every one of them")
@@ -109,6 +109,9 @@ class TrainingFreeGRPOSettings:
                                   "(seeded) to select libraries; 0 = no selection (the paper's recipe)")
     gate: bool = setting(True, "keep a step's edits only if the library they make beats the current one on the "
                          "selection set by gate_margin net wins; False = keep every edit, ship the best scored")
+    gate_shift: bool = setting(True, "the step's library must also beat its shift on the selection set by gate_margin "
+                               "net wins: answering its most common answer to every selection example (labels, no "
+                               "model)")
     gate_margin: int = setting(2, "net wins (examples the candidate gets right that the current library gets wrong, "
                                "minus the reverse) a candidate needs; prompt changes alone move answers both ways",
                                minimum=0)
