@@ -107,3 +107,19 @@ def test_the_hub_is_online_again_after_a_local_load(tmp_path: Path, no_network: 
     before = (datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE)
     TASKS["gsm8k"].load_evalset(TaskData(source=_sources(tmp_path)["gsm8k"][1], n=1))
     assert (datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE) == before
+
+
+def test_a_folder_is_read_afresh_not_from_the_cache_of_another_folder_of_its_name(tmp_path: Path) -> None:
+    from tfgrpo_dspy.kits import datasource
+
+    readme = ("---\nconfigs:\n  - config_name: default\n    data_files:\n      - split: test\n"
+              "        path: rows.jsonl\n---\n")
+    for name, value in (("first", "one"), ("second", "two")):
+        folder = tmp_path / name / "same_name"
+        folder.mkdir(parents=True)
+        (folder / "README.md").write_text(readme)
+        (folder / "rows.jsonl").write_text(json.dumps({"question": value}) + "\n")
+    assert datasource.load_rows(str(tmp_path / "first" / "same_name"), split="test")["question"] == ["one"]
+    assert datasource.load_rows(str(tmp_path / "second" / "same_name"), split="test")["question"] == ["two"]
+    (tmp_path / "first" / "same_name" / "rows.jsonl").write_text(json.dumps({"question": "three"}) + "\n")
+    assert datasource.load_rows(str(tmp_path / "first" / "same_name"), split="test")["question"] == ["three"]

@@ -9,6 +9,7 @@ imported, too early to set for one load; their code consults the module-level fl
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,8 +65,11 @@ def load_rows(source: str, *, split: str, config: str | None = None) -> Any:
         with offline_hub():
             return datasets.load_dataset(builder, data_files=str(path), split="train")
     if path.is_dir():
-        with offline_hub():
-            return datasets.load_dataset(str(path), config, split=split)
+        # Built in a cache of its own and kept in memory: datasets (5.2) keys the shared cache of a folder whose
+        # README lists its data files by the folder's name and README alone, so another folder of that name, or
+        # the same folder with new rows, would read the rows cached first.
+        with offline_hub(), tempfile.TemporaryDirectory(prefix="tfgrpo-datasets-") as cache:
+            return datasets.load_dataset(str(path), config, split=split, cache_dir=cache, keep_in_memory=True)
     return datasets.load_dataset(source, config, split=split)
 
 
