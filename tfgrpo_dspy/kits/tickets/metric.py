@@ -12,6 +12,7 @@ from typing import Any
 
 import dspy
 
+from tfgrpo_dspy.kits.labels import label_feedback
 from tfgrpo_dspy.kits.tickets.rules import QUEUES
 
 # Characters stripped from both ends of an answer: space, quotes, markdown marks, punctuation.
@@ -58,13 +59,4 @@ def queue_match(
     if expected not in QUEUES:
         raise ValueError(f"gold queue {expected!r} is not one of {QUEUES}")
     raw = getattr(pred, "queue", None)
-    got = parse_queue(raw)
-    if got is None:
-        return dspy.Prediction(
-            score=0.0,
-            feedback=f"expected queue {expected}, got {raw!r}, which is not exactly one of the queues "
-            f"({', '.join(QUEUES)})",
-        )
-    if got == expected:
-        return dspy.Prediction(score=1.0, feedback=f"correct: expected queue {expected}, got {got}")
-    return dspy.Prediction(score=0.0, feedback=f"wrong queue: expected queue {expected}, got {got}")
+    return label_feedback("queue", expected, raw, parse_queue(raw), f"exactly one of the queues ({', '.join(QUEUES)})")
