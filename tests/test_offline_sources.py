@@ -19,6 +19,7 @@ from tfgrpo_dspy.cli import TASKS
 from tfgrpo_dspy.tasks import TaskData
 
 WEB_FIXTURE = Path(__file__).parent / "fixtures" / "web" / "webwalkerqa"
+BANKING77_FIXTURE = Path(__file__).parent / "fixtures" / "banking77" / "hub"
 
 
 @pytest.fixture
@@ -73,7 +74,12 @@ def _sources(root: Path) -> dict[str, list[str]]:
     web = root / "webwalkerqa"
     shutil.copytree(WEB_FIXTURE, web)
     shutil.copy(web / "data" / "main-00000-of-00001.jsonl", root / "web.jsonl")
+    banking77 = root / "banking77"
+    shutil.copytree(BANKING77_FIXTURE, banking77)
+    # One file is one split: evaluation reads its rows after the first 120 of the seeded order, so it needs more.
+    (root / "banking77.csv").write_text("text,category\n" + "".join(f"query {i}?,card_arrival\n" for i in range(130)))
     return {
+        "banking77": [str(banking77), str(root / "banking77.csv")],
         "dapo-math": [str(dapo), str(root / "dapo.parquet")],
         "gsm8k": [str(gsm8k), str(root / "gsm8k.jsonl")],
         "aime24": [str(aime24), str(root / "aime.jsonl")],

@@ -187,19 +187,23 @@ def load_examples(load: Any, data: TaskData, what: str) -> list[dspy.Example]:
 
 
 def _train_data(task: Task, args: argparse.Namespace) -> tuple[list[dspy.Example], list[dspy.Example] | None]:
-    """The training examples and, with --selection-n, the selection examples that follow them in the source."""
+    """The training examples and, with --selection-n (or the task's default_selection_n), the selection examples
+    that follow them in the source."""
     n = args.n if args.n is not None else task.default_train_n
-    if args.selection_n is None:
+    selection_n = args.selection_n
+    if selection_n is None and args.val_fraction is None:  # a fraction asked for replaces the task's own rows
+        selection_n = task.default_selection_n
+    if selection_n is None:
         return load_examples(task.load_trainset, TaskData(source=args.source, n=args.n, seed=args.seed),
                              "training"), None
     if n is None:
         raise ValueError("--selection-n needs --n (how many of the source's examples to train on)")
-    examples = load_examples(task.load_trainset, TaskData(source=args.source, n=n + args.selection_n, seed=args.seed),
+    examples = load_examples(task.load_trainset, TaskData(source=args.source, n=n + selection_n, seed=args.seed),
                              "training")
-    if len(examples) <= args.selection_n:
+    if len(examples) <= selection_n:
         raise ValueError(f"the source has {len(examples)} examples: too few for --n {n} and --selection-n "
-                         f"{args.selection_n}")
-    return examples[:-args.selection_n], examples[-args.selection_n:]
+                         f"{selection_n}")
+    return examples[:-selection_n], examples[-selection_n:]
 
 
 def cmd_train(args: argparse.Namespace) -> int:

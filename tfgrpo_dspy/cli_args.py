@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from tfgrpo_dspy.kits.banking77.task import BANKING77_TASKS
 from tfgrpo_dspy.kits.math.task import MATH_TASKS
 from tfgrpo_dspy.kits.tickets.task import TICKET_TASKS
 from tfgrpo_dspy.kits.web.task import WEB_TASKS
@@ -16,7 +17,7 @@ from tfgrpo_dspy.kits.wordproblems.task import WORDPROBLEM_TASKS
 from tfgrpo_dspy.settings import DEFAULT_TOP_K
 from tfgrpo_dspy.tasks import Task
 
-TASKS: dict[str, Task] = {**WORDPROBLEM_TASKS, **TICKET_TASKS, **MATH_TASKS, **WEB_TASKS}
+TASKS: dict[str, Task] = {**WORDPROBLEM_TASKS, **TICKET_TASKS, **BANKING77_TASKS, **MATH_TASKS, **WEB_TASKS}
 
 
 # -- argument groups ----------------------------------------------------------------------------
@@ -96,7 +97,8 @@ def _add_train_command(sub: Any) -> None:
     # --selection-n, as in `tfgrpo demo`; --val-n, its earlier name, still works.
     train.add_argument("--selection-n", "--val-n", dest="selection_n", type=_at_least(1),
                        help="hold out this many more examples of the source as the selection set (default: the "
-                       "optimizer's val_fraction of the training examples)")
+                       "task's own count where it has one, banking77 40; else the optimizer's val_fraction of the "
+                       "training examples)")
     train.add_argument("--val-fraction", type=float, help="share of the training examples held out for selection "
                        "(0 = no selection: every step's edits are kept, the paper's recipe)")
     train.add_argument("--no-gate", action="store_true", help="keep every step's edits; ship the best scored library")

@@ -42,6 +42,9 @@ class Task:
         eval_defaults: ``{"k": ..., "temperature": ...}`` for ``tfgrpo eval``.
         default_train_n / default_eval_n: example counts when the user gives none (``TaskData.n`` is
             None); the loaders apply them, a source with fewer examples may give fewer.
+        default_selection_n: selection examples ``tfgrpo train`` takes from the source after the training
+            examples when the user gives neither ``--selection-n`` nor ``--val-fraction``; None = the
+            optimizer's own hold-out (``val_fraction`` of the training examples).
         program_options: keyword options ``make_program`` accepts from the command line
             (``max_iters`` for agents, ``allowed_addresses`` for browsing agents).
     """
@@ -57,4 +60,5 @@ class Task:
     eval_defaults: dict[str, Any] = field(default_factory=dict)
     default_train_n: int | None = None
     default_eval_n: int | None = None
+    default_selection_n: int | None = None
     program_options: frozenset[str] = frozenset()
