@@ -214,6 +214,24 @@ def test_the_tickets_preset_holds_out_300_fresh_tickets():
     assert split.reference_fields == ("queue",)
 
 
+def test_the_banking77_preset_draws_disjoint_rows_of_one_file_and_compiles_with_the_kits_settings(tmp_path):
+    from tfgrpo_dspy.kits.banking77 import INTENTS
+
+    path = tmp_path / "train.csv"
+    path.write_text("text,category\n" + "".join(f"query {i},{INTENTS[i % 77]}\n" for i in range(450)))
+    preset = presets.PRESETS["banking77"]
+    assert preset.test_n >= 300 and preset.methods == presets.HEAD_TO_HEAD and preset.k == 1
+    split = splits.banking77_split(str(path), preset, preset.data_seed)
+    assert (len(split.train), len(split.selection), len(split.test)) == (80, 40, 300)
+    rows = [e.query for e in split.train + split.selection + split.test]
+    assert len(set(rows)) == len(rows)
+    assert (split.input_field, split.answer_field, split.reference_fields) == ("query", "intent", ("intent",))
+    with pytest.raises(ValueError, match=r"450 distinct queries; 540 are needed \(train 80, selection 40, test 420\)"):
+        splits.banking77_split(str(path), replace(preset, test_n=420), preset.data_seed)
+    args = cli.parse_args(["--preset", "banking77", "--source", str(path)])
+    assert set(cli.build_splits(args, preset)) == {"banking77"}
+
+
 def test_the_gsm8k_preset_holds_out_rows_no_earlier_study_held_out(tmp_path):
     from lessons_study import gsm8k_task
 

@@ -17,7 +17,7 @@ from typing import Any
 import dspy
 from provenance import git_revision
 
-from comparison.data import Split, gsm8k_split, tickets_split, wordproblems_split
+from comparison.data import Split, banking77_split, gsm8k_split, tickets_split, wordproblems_split
 from comparison.markdown import markdown_table
 from comparison.methods import COMPILERS, ordered_methods
 from comparison.outputs import RunFacts, build_report, throughput_at_start, write_outputs
@@ -27,6 +27,7 @@ from comparison.records import MethodResult
 from comparison.run import run_comparison
 from comparison.store import RunStore, engine_state, runs_manifest
 from comparison.summary import flip_line, repeatability
+from tfgrpo_dspy.kits.banking77 import BANKING77_HUB_ID
 from tfgrpo_dspy.kits.math.data import GSM8K_HUB_ID
 
 logger = logging.getLogger("compare")
@@ -61,8 +62,8 @@ def parse_args(argv: Sequence[str] | None, doc: str = __doc__ or "") -> argparse
     ablations.add_argument("--ablations", dest="ablations", action="store_true", default=None,
                            help="also run direct_tips, group1 and no_gt")
     ablations.add_argument("--no-ablations", dest="ablations", action="store_false")
-    parser.add_argument("--source", default=GSM8K_HUB_ID,
-                        help="the gsm8k preset's data: a hub id, a hub-layout folder or a .jsonl file")
+    parser.add_argument("--source", help="the gsm8k or banking77 preset's data: a hub id, a hub-layout folder, or a "
+                        f".jsonl (gsm8k) or .csv (banking77) file (default {GSM8K_HUB_ID}, {BANKING77_HUB_ID})")
     parser.add_argument("--no-wordproblems", dest="wordproblems", action="store_false",
                         help="skip the generated word problems (presets of the wordproblems task)")
     parser.add_argument("--gsm8k", metavar="PATH",
@@ -144,7 +145,9 @@ def chosen_methods(args: argparse.Namespace, budget: Budget) -> list[str]:
 
 def build_splits(args: argparse.Namespace, budget: Budget) -> dict[str, Split]:
     if budget.task == "gsm8k":
-        return {"gsm8k": gsm8k_split(args.source, budget, budget.data_seed)}
+        return {"gsm8k": gsm8k_split(args.source or GSM8K_HUB_ID, budget, budget.data_seed)}
+    if budget.task == "banking77":
+        return {"banking77": banking77_split(args.source or BANKING77_HUB_ID, budget, budget.data_seed)}
     if budget.task == "tickets":
         return {"tickets": tickets_split(budget, budget.data_seed)}
     splits: dict[str, Split] = {}

@@ -95,3 +95,21 @@ def tickets_split(budget: Budget, seed: int) -> Split:
                  make_program=ticket_program, reference_fields=TRAIN_DEFAULTS["reference_fields"], metric=queue_match,
                  input_field="ticket", answer_field="queue",
                  tfgrpo_settings={k: v for k, v in TRAIN_DEFAULTS.items() if k not in budgeted})
+
+
+def banking77_split(source: str, budget: Budget, seed: int) -> Split:
+    """Seeded, disjoint train / selection / held-out queries of one Banking77 file (a CSV of text,category rows,
+    the hub id or a hub-layout folder, whose train split is read), after ``budget.held_out_skip`` rows of the seeded
+    order passed over before the held-out ones. Each query appears once: the kit drops repeated queries."""
+    from tfgrpo_dspy.kits.banking77 import TRAIN_DEFAULTS, banking77_splits, intent_match
+    from tfgrpo_dspy.kits.banking77 import make_program as banking77_program
+
+    sizes = {"train": budget.train_n, "selection": budget.selection_n}
+    if budget.held_out_skip:
+        sizes["passed_over"] = budget.held_out_skip
+    parts = banking77_splits(source, seed=seed, sizes={**sizes, "test": budget.test_n})
+    budgeted = ("group_size", "epochs", "temperature", "num_threads", "reference_fields")
+    return Split("banking77", parts["train"], parts["selection"], parts["test"], source,
+                 make_program=banking77_program, reference_fields=TRAIN_DEFAULTS["reference_fields"],
+                 metric=intent_match, input_field="query", answer_field="intent",
+                 tfgrpo_settings={k: v for k, v in TRAIN_DEFAULTS.items() if k not in budgeted})
