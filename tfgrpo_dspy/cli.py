@@ -107,6 +107,7 @@ def _train_settings(task: Task, args: argparse.Namespace) -> dict[str, Any]:
         "num_threads": args.num_threads, "max_lm_calls": args.max_lm_calls,
         "max_tokens_budget": args.max_tokens_budget, "max_cost": args.max_cost,
         "val_fraction": args.val_fraction, "placement": args.placement, "top_k": args.top_k, "route_by": args.route_by,
+        "track": args.track,
     }
     settings.update({k: v for k, v in overrides.items() if v is not None})
     if settings.get("top_k") == 0:

@@ -102,6 +102,8 @@ def _add_train_command(sub: Any) -> None:
     train.add_argument("--val-fraction", type=float, help="share of the training examples held out for selection "
                        "(0 = no selection: every step's edits are kept, the paper's recipe)")
     train.add_argument("--no-gate", action="store_true", help="keep every step's edits; ship the best scored library")
+    train.add_argument("--track", choices=["mlflow"], help="also log each step to MLflow (its MLFLOW_TRACKING_URI; "
+                       "the mlflow extra)")
     train.add_argument("--placement", choices=["instructions", "input", "both"], help="where the lessons go")
     train.add_argument("--route-by", choices=["lesson", "example"], help="which lessons a call sees: those most "
                        "like its input (lesson, the default) or those verified on the training input nearest to it "

@@ -31,6 +31,7 @@ from tfgrpo_dspy.run.loop import StepLoop
 from tfgrpo_dspy.run.results import RunEstimate
 from tfgrpo_dspy.run.runlog import RunLog
 from tfgrpo_dspy.run.selection import Selector
+from tfgrpo_dspy.run.tracking import make_tracker
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings, settings_doc
 
 logger = logging.getLogger(__name__)
@@ -121,7 +122,13 @@ class TrainingFreeGRPO(Teleprompter):
         ctx = self._context(program, trainset)
         resuming = ctx.log.open(self._manifest(student, program, trainset, selection))
         selector = Selector(program, selection, self.metric, self.settings, ctx.log, ctx.ledger) if selection else None
-        result = StepLoop(ctx, selector, initial).execute(resuming)
+        tracker = make_tracker(self.settings.track, self.settings.to_dict())
+        try:
+            result = StepLoop(ctx, selector, initial, tracker).execute(resuming)
+        except BaseException as error:
+            tracker.finish(None, error)
+            raise
+        tracker.finish(result)
         compiled = with_experiences(student.deepcopy(), result.library, self.settings.predictors,
                                     placement=self.settings.placement, top_k=self.settings.top_k)
         compiled.tfgrpo_result = result

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 PLACEMENTS = ("instructions", "input", "both")
 ROUTE_BY = ("lesson", "example")
+TRACKERS = (None, "mlflow")  # where a compile reports progress besides its log directory (tfgrpo_dspy.run.tracking)
 # Each call sees its one most relevant lesson: the best dose for the embedded model on 100 held-out tickets
 # (benchmarks/results/lessons_study.md: the house rules at top 1 +25 points [+14, +36] against none and +14
 # [+3, +25] against top 2; top 2 +11, top 4 +8 n.s., all ten at once -5 n.s.). None shows every lesson,
@@ -136,12 +137,17 @@ class TrainingFreeGRPOSettings:
     call_timeout: float | None = setting(None, "wall-clock seconds one rollout or reflection call may take",
                                          role="runtime", minimum=0, exclusive=True)
     progress: bool = setting(True, "show tqdm progress bars", role="runtime")
+    track: str | None = setting(None, "'mlflow' = also log each step's rewards, selection scores, gate decision, "
+                                "tokens by role and library to MLflow (the active run, or a new one; the mlflow "
+                                "extra)", role="runtime")
 
     def __post_init__(self) -> None:
         for spec in fields(self):
             _validate(spec, getattr(self, spec.name))
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
+        if self.track not in TRACKERS:
+            raise ValueError(f"track must be one of {TRACKERS[1:]} or None, got {self.track!r}")
         if self.route_by not in ROUTE_BY:
             raise ValueError(f"route_by must be one of {ROUTE_BY}, got {self.route_by!r}")
         if self.route_by == "example" and not (self.verify and self.ground_truth):

@@ -22,6 +22,7 @@ from tfgrpo_dspy.run.judgement import LessonCheck
 from tfgrpo_dspy.run.phases import Phases
 from tfgrpo_dspy.run.results import Candidate, StepStats, TrainingFreeGRPOResult
 from tfgrpo_dspy.run.selection import Selector
+from tfgrpo_dspy.run.tracking import NoTracker, Tracker
 from tfgrpo_dspy.usage import Usage
 
 logger = logging.getLogger(__name__)
@@ -30,8 +31,10 @@ logger = logging.getLogger(__name__)
 class StepLoop:
     """Runs the steps of one compile and picks the library to ship."""
 
-    def __init__(self, ctx: RunContext, selector: Selector | None, initial: ExperienceLibrary):
+    def __init__(self, ctx: RunContext, selector: Selector | None, initial: ExperienceLibrary,
+                 tracker: Tracker | None = None):
         self.ctx = ctx
+        self.tracker = tracker or NoTracker()
         self.phases = Phases(ctx)
         self.selector = selector
         self.gate = StepGate(ctx.settings, selector)
@@ -66,6 +69,7 @@ class StepLoop:
                 self.ctx.ledger.add("selection", stats.selection_usage)
                 self.candidates += stats.candidates
                 self.end_libraries[stats.step] = log.library_after(stats.step)
+                self.tracker.step(stats, self.end_libraries[stats.step])
         stop_reason = None
         schedule = self.schedule()
         initial_usage = self._score_initial()
@@ -172,6 +176,7 @@ class StepLoop:
         self.steps.append(stats)
         audit = [e.to_dict() for r in reports for e in r.entries] + [e.to_dict() for e in pruned.entries]
         self.ctx.log.finish_step(step, {**stats.to_dict(), "audit": audit}, self.library)
+        self.tracker.step(stats, self.library)
         logger.info("step %d/%d (epoch %d): reward %.3f, %d/%d groups informative (%d all failed), %d lessons proposed "
                     "(%d dropped), %d induced, %d of %d verified, %d edits, gate: %s; library %d lessons (~%d tokens)",
                     step, total, epoch, stats.mean_reward, stats.informative_groups, stats.groups,
