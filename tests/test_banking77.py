@@ -241,3 +241,26 @@ def test_cli_evaluates_a_hub_layout_folder_test_split_whole(scripted, tmp_path, 
     assert cli.main(["eval", "--task", "banking77", "--source", str(hub), "--out", str(tmp_path / "e.json")]) == 0
     report = json.loads((tmp_path / "e.json").read_text())["no library"]
     assert report["num_examples"] == len(load_banking77(str(hub), split="test"))
+
+
+def test_the_prompt_lists_the_intents_once_before_the_query_so_calls_share_them():
+    from tfgrpo_dspy.kits.banking77.program import IntentPredict, ListedOnceChatAdapter
+
+    program = make_program()
+    assert isinstance(program, IntentPredict)
+    lm = scripted_lm(lambda call: {"intent": "card_arrival"})
+    with dspy.context(lm=lm):
+        assert program(query="where is my card").intent == "card_arrival"
+        program(query="what is the exchange rate")
+    first, second = (entry["messages"] for entry in lm.history[-2:])
+    assert first[:-1] == second[:-1] and "reverted_card_payment?" in first[0]["content"]  # the shared prefix
+    assert "where is my card" in first[-1]["content"] and "exchange rate" in second[-1]["content"]
+    assert not any(intent in turn[-1]["content"] for turn in (first, second) for intent in INTENTS)
+    stock = dspy.ChatAdapter().user_message_output_requirements(intent_signature())
+    listed_once = ListedOnceChatAdapter().user_message_output_requirements(intent_signature())
+    assert "card_arrival" in stock and "card_arrival" not in listed_once
+    assert listed_once.startswith("Respond with the corresponding output fields") and "[[ ## completed ## ]]" in \
+        listed_once
+    # Another adapter is left as configured; a configured ChatAdapter keeps its options.
+    with dspy.context(lm=scripted_lm(lambda call: '{"intent": "card_linking"}'), adapter=dspy.JSONAdapter()):
+        assert make_program()(query="link my card").intent == "card_linking"
