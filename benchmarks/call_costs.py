@@ -13,15 +13,18 @@ Sampled rollouts go to the 4-slot batched server, which reuses cached prefixes i
 
 1. The machine's rates at the start: llama.cpp's own prompt-eval and decode timings for one fixed request.
 2. Each call kind (a greedy tickets call, a sampled tickets rollout in a group of 4, a GSM8K ChainOfThought call,
+   a greedy Banking77 call with its 77-intent answer type,
    an extraction on a tickets group, an induction over 4 failed tickets): prompt tokens, tokens reused from the
    cache, tokens evaluated, tokens decoded, llama.cpp's prompt-eval and decode milliseconds, the wall time, the
    ideal time from the rates of step 1 (evaluated tokens / prompt rate + decoded tokens / decode rate) and
    measured / ideal.
-3. Held-out evaluation as the demo runs it (4 threads, greedy): tickets and GSM8K problems once with the whole prompt
-   and twice with prefix reuse, chunk by chunk in rotating order (drift hits all runs alike); the answers that
-   changed between the two prefix-reuse runs (flips) and the speed-up.
+3. Held-out evaluation as the demo runs it (4 threads, greedy): tickets, GSM8K problems and Banking77 queries once
+   with the whole prompt and twice with prefix reuse, chunk by chunk in rotating order (drift hits all runs alike);
+   the answers that changed between the two prefix-reuse runs (flips) and the speed-up.
 
     python benchmarks/call_costs.py --gsm8k /work/shared/data/gsm8k/train.jsonl       # results/call_costs.*
+    python benchmarks/call_costs.py --banking77 /work/shared/data/banking77/train.csv --tickets 0 \
+        --stem call_costs_banking77                                                   # a greedy Banking77 call
 
 Finished chunks are kept in ``results/call_costs.runs/`` and a rerun of the same command continues after them.
 """
@@ -45,6 +48,8 @@ from provenance import git_revision
 
 from tfgrpo_dspy.inference.evaluation import evaluate_at_k
 from tfgrpo_dspy.inference.rollouts import GroupOutcome, run_rollout
+from tfgrpo_dspy.kits.banking77 import banking77_splits, intent_match
+from tfgrpo_dspy.kits.banking77 import make_program as banking77_program
 from tfgrpo_dspy.kits.math.data import gsm8k_splits
 from tfgrpo_dspy.kits.tickets.generator import generate_tickets
 from tfgrpo_dspy.kits.tickets.metric import queue_match
@@ -64,7 +69,7 @@ RESULTS = Path(__file__).parent / "results"
 # The engine options and the stop string of each setting.
 SETTINGS = {"whole prompt": ({"greedy_prefix_reuse": False, "prefill_output_header": False}, CHAT_ADAPTER_END_MARKER),
             "prefix reuse": ({"greedy_prefix_reuse": True, "prefill_output_header": True}, CHAT_ADAPTER_STOP)}
-SEED = 7  # tickets and GSM8K rows for timing only: no figure here chooses a default or reports accuracy
+SEED = 7  # tickets, GSM8K and Banking77 rows for timing only: no figure here chooses a default or reports accuracy
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,10 @@ def calibrate(setting: Setting) -> dict[str, float]:
 # -- the call kinds ------------------------------------------------------------------------------------
 def tickets(n: int) -> list[dspy.Example]:
     return generate_tickets(n, SEED, split="heldout")
+
+
+def banking77_queries(path: str, n: int) -> list[dspy.Example]:
+    return banking77_splits(path, seed=SEED, sizes={"test": n})["test"]
 
 
 def gsm8k_problems(path: str, n: int) -> list[dspy.Example]:
@@ -278,7 +287,7 @@ def summarize_eval(task: EvalTask, done: dict[str, Any], chunks: int) -> dict[st
 
 # -- the report ----------------------------------------------------------------------------------------
 def measure_kinds(settings: dict[str, Setting], calls: list[ServerCall], rates: dict[str, float], n: int,
-                  gsm8k: list[dspy.Example] | None) -> list[dict[str, Any]]:
+                  gsm8k: list[dspy.Example] | None, banking77: list[dspy.Example] | None) -> list[dict[str, Any]]:
     """Each call kind in each setting, the settings' order alternating from kind to kind."""
     rows = []
     ticket_rows = tickets(n + 1)
@@ -296,6 +305,9 @@ def measure_kinds(settings: dict[str, Setting], calls: list[ServerCall], rates: 
     if gsm8k:
         kinds.insert(1, ("GSM8K, greedy ChainOfThought", gsm8k,
                          lambda st: greedy_call(dspy.ChainOfThought("question -> answer"), numeric_match)))
+    if banking77:
+        kinds.append(("Banking77, greedy Predict (77-intent Literal)", banking77,
+                      lambda st: greedy_call(banking77_program(), intent_match)))
     for number, (kind, items, make_call) in enumerate(kinds):
         for name in list(settings)[:: 1 if number % 2 == 0 else -1]:
             walls = timed_calls(settings[name], kind, items, make_call(settings[name]))
@@ -340,7 +352,9 @@ def markdown(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gsm8k", metavar="PATH", help="GSM8K jsonl, hub folder or id (without it: tickets only)")
-    parser.add_argument("--tickets", type=int, default=100, help="held-out tickets evaluated (default 100)")
+    parser.add_argument("--banking77", metavar="PATH", help="Banking77 CSV (text,category), hub folder or id")
+    parser.add_argument("--banking77-n", type=int, default=100, help="Banking77 queries evaluated (default 100)")
+    parser.add_argument("--tickets", type=int, default=100, help="held-out tickets evaluated (default 100; 0: none)")
     parser.add_argument("--gsm8k-n", type=int, default=50, help="held-out GSM8K problems evaluated (default 50)")
     parser.add_argument("--calls", type=int, default=6, help="calls per kind in the per-call table (default 6)")
     parser.add_argument("--stem", default="call_costs", help="results/<stem>.{json,md}, results/<stem>.runs/")
@@ -356,18 +370,22 @@ def main(argv: list[str] | None = None) -> int:
     rates = calibrate(settings["whole prompt"])
     logger.info("machine rates now: %s", rates)
     gsm8k = gsm8k_problems(args.gsm8k, args.gsm8k_n) if args.gsm8k else None
+    banking77 = banking77_queries(args.banking77, args.banking77_n) if args.banking77 else None
     kinds_path = store / "kinds.json"
     if kinds_path.exists():
         kinds = read_json(kinds_path)
     else:
         kinds = {"rates": rates, "rows": measure_kinds(settings, calls, rates, args.calls,
-                                                       gsm8k[: max(args.calls // 2, 2) + 1] if gsm8k else None),
+                                                       gsm8k[: max(args.calls // 2, 2) + 1] if gsm8k else None,
+                                                       banking77[: args.calls + 1] if banking77 else None),
                  "calls": [asdict(c) for c in calls]}
         write_json_atomic(kinds_path, kinds)
-    tasks = [EvalTask("tickets", tickets(args.tickets), make_program, queue_match, "queue", 10)]
+    tasks = [EvalTask("tickets", tickets(args.tickets), make_program, queue_match, "queue", 10)] if args.tickets else []
     if gsm8k:
         tasks.append(EvalTask("gsm8k", gsm8k, lambda: dspy.ChainOfThought("question -> answer"), numeric_match,
                               "answer", 5))
+    if banking77:
+        tasks.append(EvalTask("banking77", banking77, banking77_program, intent_match, "intent", 10))
     evaluations = [evaluate_chunks(task, settings, store) for task in tasks]
     setup["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     report = {"setup": setup, "rates_at_start": kinds["rates"], "rates_now": rates, "kinds": kinds["rows"],
