@@ -132,9 +132,29 @@ def test_a_routed_candidate_its_sources_never_see_is_judged_where_it_reaches():
     assert check.fixes == check.shown and check.kept
 
 
+def test_routed_by_answer_a_lesson_reaches_every_input_nearest_an_example_of_its_target():
+    """One source is enough: the lesson goes to every training input whose reference is the answer its sources
+    share, so each refund question (nearest other: a refund question) is shown it, and none of the others."""
+    trainset = questions(0, 4, 4)
+    with dspy.context(lm=scripted_lm(says_payments)):
+        (by_example,) = verifier(trainset).check([CandidateLesson(GOOD, "induction", (0,))], ExperienceLibrary())
+        answer = verifier(trainset, route_by="answer")
+        (by_answer,) = answer.check([CandidateLesson(GOOD, "induction", (0,))], ExperienceLibrary())
+    assert 0 not in by_example.shown
+    assert by_answer.shown == (0, 1, 2, 3) and by_answer.fixes == (0, 1, 2, 3) and by_answer.kept
+    library = ExperienceLibrary()
+    answer.add_kept(library, [by_answer], step=1)
+    assert [r.lessons for r in library.routes] == [(1,)] * 4 + [()] * 4
+    # Sources with different answers (an open-answer task) share no target: the lesson keeps to them and its fixes.
+    assert answer.routed_to((0, 5), fixes=(1,)) == [0, 5, 1]
+    assert answer.routed_to((2,)) == [2, 0, 1, 2, 3]
+
+
 def test_route_by_example_needs_verified_lessons():
     with pytest.raises(ValueError, match="route_by='example'.*verify=True"):
         TrainingFreeGRPOSettings(route_by="example", verify=False)
+    with pytest.raises(ValueError, match="route_by='answer'.*ground_truth=True"):
+        TrainingFreeGRPOSettings(route_by="answer", ground_truth=False)
     with pytest.raises(ValueError, match="route_by must be one of"):
         TrainingFreeGRPOSettings(route_by="nearest")
 

@@ -105,9 +105,9 @@ def _add_train_command(sub: Any) -> None:
     train.add_argument("--track", choices=["mlflow"], help="also log each step to MLflow (its MLFLOW_TRACKING_URI; "
                        "the mlflow extra)")
     train.add_argument("--placement", choices=["instructions", "input", "both"], help="where the lessons go")
-    train.add_argument("--route-by", choices=["lesson", "example"], help="which lessons a call sees: those most "
-                       "like its input (lesson, the default) or those verified on the training input nearest to it "
-                       "(example)")
+    train.add_argument("--route-by", choices=["lesson", "example", "answer"], help="which lessons a call sees: "
+                       "those most like its input (lesson, the default), those verified on the training input nearest "
+                       "to it (example), or those whose target is that input's answer (answer)")
     train.add_argument("--top-k", type=_top_k, help="show each call only its k most relevant lessons "
                        f"(default {DEFAULT_TOP_K}; 0 = every lesson, the paper's recipe)")
     train.add_argument("--max-lm-calls", type=_at_least(1), help="stop cleanly after this many billed LM calls")

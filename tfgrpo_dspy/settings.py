@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 PLACEMENTS = ("instructions", "input", "both")
-ROUTE_BY = ("lesson", "example")
+ROUTE_BY = ("lesson", "example", "answer")
 TRACKERS = (None, "mlflow")  # where a compile reports progress besides its log directory (tfgrpo_dspy.run.tracking)
 # Each call sees its one most relevant lesson: the best dose for the embedded model on 100 held-out tickets
 # (benchmarks/results/lessons_study.md: the house rules at top 1 +25 points [+14, +36] against none and +14
@@ -63,7 +63,9 @@ class TrainingFreeGRPOSettings:
                                 "(BM25); None = all lessons (the paper's recipe)", minimum=1)
     route_by: str = setting("lesson", "how a call's lessons are chosen: 'lesson' = the top_k lessons whose text is "
                             "most like its input (BM25); 'example' = the lessons verified on the training input "
-                            "nearest to its input, none when no lesson fixed that one (needs verify and ground truth)")
+                            "nearest to its input, none when no lesson fixed that one; 'answer' = the lessons whose "
+                            "target is the reference answer of the training input nearest to its input (a lesson's "
+                            "target: the answer its sources share); both need verify and ground truth")
     predictors: tuple[str, ...] | None = setting(None, "names of the predictors that carry the library; None = all")
     # -- reflection ----------------------------------------------------------------------------------
     extraction: bool = setting(True, "the per-group comparison (the paper's semantic advantage): one reflection call "
@@ -150,9 +152,10 @@ class TrainingFreeGRPOSettings:
             raise ValueError(f"track must be one of {TRACKERS[1:]} or None, got {self.track!r}")
         if self.route_by not in ROUTE_BY:
             raise ValueError(f"route_by must be one of {ROUTE_BY}, got {self.route_by!r}")
-        if self.route_by == "example" and not (self.verify and self.ground_truth):
-            raise ValueError("route_by='example' routes each lesson to the training examples it was verified on: "
-                             "it needs verify=True and ground_truth=True; otherwise use route_by='lesson'")
+        if self.route_by != "lesson" and not (self.verify and self.ground_truth):
+            raise ValueError(f"route_by={self.route_by!r} routes each lesson to training examples by their labels and "
+                             "its verification: it needs verify=True and ground_truth=True; otherwise use "
+                             "route_by='lesson'")
         if not 0 <= self.temperature <= 2:
             raise ValueError(f"temperature must be in [0, 2], got {self.temperature!r}")
         if not 0 <= self.val_fraction < 1:

@@ -15,9 +15,10 @@ the current library's own greedy runs of the same examples:
 Every answer it changes counts, and only where the candidate was shown (`tfgrpo_dspy.run.judgement`): with
 retrieval (``top_k``) the lesson reaches only the calls it is retrieved for, and elsewhere the prompt,
 and so the answer, is the current library's. With ``route_by="example"`` a candidate is routed to the
-inputs of the examples it came from, and each training example is shown the lessons of its nearest OTHER
-training input (leave-one-out, `leaving_out`), so a lesson is credited only where a new input like that
-example would see it; a kept lesson is routed to its sources and its fixes. A candidate is kept when its
+inputs of the examples it came from (``route_by="answer"``: and of every example that has their shared answer),
+and each training example is shown the lessons of its nearest OTHER training input (leave-one-out,
+`leaving_out`), so a lesson is credited only where a new input like that example would see it; a kept lesson is
+routed to its sources and its fixes (and, by answer, to the examples of its target). A candidate is kept when its
 fixes minus its breaks reach ``verify_margin``, it breaks fewer than it fixes, its precision reaches
 ``verify_precision`` and it does better than its shift. Every run is kept in the run log by library
 fingerprint, so a resumed run or a candidate tried twice is never paid for again.
@@ -105,7 +106,7 @@ class Verifier:
                             else None)
         # The training inputs lessons are routed by (route_by="example"), by example index; None: no routes.
         self.route_inputs = ([route_text(e.inputs().toDict()) for e in self.trainset]
-                             if settings.route_by == "example" else None)
+                             if settings.route_by != "lesson" else None)
 
     # -- trials -------------------------------------------------------------------------------------------
     def run(self, library: ExperienceLibrary, indices: Sequence[int]) -> dict[int, Trial]:
@@ -162,8 +163,19 @@ class Verifier:
         entries = []
         for check in (c for c in checks if c.kept):
             op = EditOp(op="add", text=check.text, reason=f"verified: {check.reason}")
-            entries += self._add(library, op, check.sources, [*check.sources, *check.fixes], step).entries
+            entries += self._add(library, op, check.sources, self.routed_to(check.sources, check.fixes), step).entries
         return ApplyReport(tuple(entries))
+
+    def routed_to(self, sources: Sequence[int], fixes: Sequence[int] = ()) -> list[int]:
+        """The training examples a lesson is routed to: its sources and fixes (``route_by="example"``), and with
+        ``route_by="answer"`` also every example whose reference is the answer its sources share (its target), so
+        that a call is shown it wherever its nearest training input has that answer. Sources that do not share
+        one answer (open answers) have no target: the lesson stays with its sources and fixes."""
+        routed = [*sources, *fixes]
+        targets = {self.reference(i) for i in sources}
+        if self.settings.route_by == "answer" and len(targets) == 1:
+            routed += [i for i in range(len(self.trainset)) if self.reference(i) in targets]
+        return routed
 
     def _add(self, library: ExperienceLibrary, op: EditOp, sources: Sequence[int], routed: Sequence[int],
              step: int | None) -> ApplyReport:
@@ -177,7 +189,8 @@ class Verifier:
     def check_one(self, candidate: CandidateLesson, library: ExperienceLibrary, baseline: dict[int, Trial]
                   ) -> LessonCheck:
         with_candidate = library.copy()
-        report = self._add(with_candidate, EditOp(op="add", text=candidate.text), (), candidate.sources, None)
+        report = self._add(with_candidate, EditOp(op="add", text=candidate.text), (), self.routed_to(candidate.sources),
+                           None)
         entry = report.entries[0] if report.entries else None
         if entry is None or entry.status != "applied" or entry.result_id is None:
             detail = entry.detail if entry is not None else "not applied"
