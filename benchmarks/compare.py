@@ -13,6 +13,9 @@ seed and the same held-out decoding:
                         every lesson in the prompt (top_k=None); the same labels as tfgrpo
     tfgrpo              TrainingFreeGRPO with its defaults: gated on the selection rows
     tfgrpo_on_bootstrap TrainingFreeGRPO on the BootstrapFewShot program of the same run (demos kept)
+    tfgrpo_by_answer    TrainingFreeGRPO gated, each lesson routed to the training inputs with its target answer
+                        (route_by="answer", no shift check)
+    nearest_label       no model: the answer of the nearest training input (BM25), what routing can reach
 
 and the paper's ablations (arXiv 2510.08191, section 4), each the paper's recipe with one change:
 
@@ -43,6 +46,7 @@ compile from its own log.
     python benchmarks/compare.py --preset tickets                   # 300 fresh held-out tickets (seed 1000)
     python benchmarks/compare.py --preset embedded                  # generated word problems, 2 cores
     python benchmarks/compare.py --preset embedded --methods none tfgrpo --ablations
+    python benchmarks/compare.py --preset tickets_dev                # development seed 11: where defaults are chosen
 
 Writes benchmarks/results/compare_<preset>.json, .md and .png. The code is the package
 benchmarks/comparison/ (presets and data, methods, the run and its store, statistics, outputs, the CLI);

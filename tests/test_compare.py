@@ -198,6 +198,28 @@ def test_tfgrpo_on_tickets_compiles_with_the_tickets_kits_own_settings():
     assert presets.PRESETS["tickets"].lm_options == {}  # greedy calls on the repeatable path
 
 
+def test_nearest_label_answers_the_nearest_training_inputs_answer_without_a_model():
+    budget = presets.Budget(train_n=4, selection_n=2, test_n=2, group_size=2, simba_bsize=2, task="tickets")
+    split = splits.tickets_split(budget, 1000)
+    train = [dspy.Example(ticket=t, queue=q).with_inputs("ticket") for t, q in [
+        ("refund of a duplicate charge on my invoice", "payments"), ("the kiosk screen in Oslo is broken", "field-ops"),
+        ("please export my data under GDPR", "trust-safety")]]
+    split = replace(split, train=train)
+    ctx = methods.MethodContext(split, metering.Roles.of(scripted_lm(ticket_router)), budget, seed=0)
+    program = methods.compile_nearest_label(ctx).program
+    with dspy.context(lm=None):
+        assert program(ticket="my kiosk screen is broken again").queue == "field-ops"
+        assert program(ticket="a refund for a duplicate charge").queue == "payments"
+    assert held_out_prompts(program, split.test) == [[], []]  # no call reaches a model
+
+
+def test_the_development_preset_draws_no_reported_seed():
+    dev = presets.PRESETS["tickets_dev"]
+    reported = {p.data_seed for name, p in presets.PRESETS.items() if name != "tickets_dev"}
+    assert dev.data_seed not in reported and (dev.train_n, dev.selection_n) == (80, 40)
+    assert {"nearest_label", "labeled", "tfgrpo", "tfgrpo_by_answer"} <= set(dev.methods)
+
+
 def test_the_tickets_preset_holds_out_300_fresh_tickets():
     preset = presets.PRESETS["tickets"]
     assert preset.test_n >= 300 and preset.data_seed >= 1000 and preset.k == 1 and preset.eval_temperature == 0

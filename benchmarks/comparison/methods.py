@@ -19,6 +19,7 @@ from comparison.metering import Roles
 from comparison.presets import ABLATIONS, METHODS, PAPER_RECIPE, READS_FROM, Budget
 from comparison.records import CompileDetails, TfgrpoRun
 from tfgrpo_dspy import ExperienceLibrary, TrainingFreeGRPO, with_experiences
+from tfgrpo_dspy.inference.injection import LuceneBM25, retrieval_words
 
 logger = logging.getLogger("compare")
 
@@ -135,6 +136,38 @@ def compile_tfgrpo(ctx: MethodContext) -> Compiled:
     return _compile_tfgrpo_with(ctx, valset=ctx.split.selection)
 
 
+def compile_tfgrpo_by_answer(ctx: MethodContext) -> Compiled:
+    """TrainingFreeGRPO gated as ``tfgrpo``, each lesson routed to the training inputs that have its target answer
+    (``route_by="answer"``): a call is shown the lessons of its nearest training input's answer. Without the
+    shift check: routed so, a lesson is shown where the nearest training input has its target, and one the policy
+    follows to the letter is right exactly where its shift is (the gate still compares the library with the
+    selection set's best constant answer)."""
+    return _compile_tfgrpo_with(ctx, valset=ctx.split.selection, route_by="answer", verify_shift=False)
+
+
+class NearestLabel(dspy.Module):
+    """No model: the reference answer of the training input nearest to the call's input, by the BM25 the routed
+    libraries use (what routing by example can reach when every lesson is followed to the letter)."""
+
+    def __init__(self, train: Sequence[dspy.Example], input_field: str, answer_field: str):
+        super().__init__()
+        self.answer_field = answer_field
+        self.answers = [e[answer_field] for e in train]
+        self.index = LuceneBM25([retrieval_words(e[input_field]) for e in train])
+
+    def forward(self, **inputs: Any) -> dspy.Prediction:
+        scores = self.index.get_scores(retrieval_words(" ".join(str(v) for v in inputs.values())))
+        best = max(range(len(self.answers)), key=lambda i: (scores[i], -i))
+        return dspy.Prediction(**{self.answer_field: self.answers[best]})
+
+
+def compile_nearest_label(ctx: MethodContext) -> Compiled:
+    """The baseline without a model that routing by the nearest training input has to beat."""
+    split = ctx.split
+    return Compiled(NearestLabel(split.train, split.input_field, split.answer_field),
+                    CompileDetails("nearest training input's answer (BM25), no model"))
+
+
 def compile_tfgrpo_on_bootstrap(ctx: MethodContext) -> Compiled:
     """Lessons on top of demos: the student is this run's BootstrapFewShot program, whose demos stay.
 
@@ -193,6 +226,8 @@ COMPILERS: dict[str, Callable[[MethodContext], Compiled]] = {
     "tfgrpo_paper": compile_tfgrpo_paper,
     "tfgrpo": compile_tfgrpo,
     "tfgrpo_on_bootstrap": compile_tfgrpo_on_bootstrap,
+    "tfgrpo_by_answer": compile_tfgrpo_by_answer,
+    "nearest_label": compile_nearest_label,
     "direct_tips": compile_direct_tips,
     "group1": compile_group1,
     "no_gt": compile_no_gt,

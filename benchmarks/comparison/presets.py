@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-METHODS = ("none", "labeled", "bootstrap", "mipro", "simba", "gepa", "tfgrpo_paper", "tfgrpo", "tfgrpo_on_bootstrap")
+METHODS = ("none", "labeled", "bootstrap", "mipro", "simba", "gepa", "tfgrpo_paper", "tfgrpo", "tfgrpo_on_bootstrap",
+           "tfgrpo_by_answer", "nearest_label")
 ABLATIONS = ("direct_tips", "group1", "no_gt")
 TASKS = ("wordproblems", "gsm8k", "tickets", "banking77")
 # A method runs after the one it reads from: its student program, or the size of the library it imitates.
@@ -147,6 +148,15 @@ PRESETS: dict[str, Budget] = {
                         simba_candidates=4, simba_steps=2, gepa_max_metric_calls=150, gepa_minibatch=3,
                         group_size=4, epochs=1, batch_size=None, tfgrpo_summarize=False, task="banking77",
                         methods=HEAD_TO_HEAD, repeat_none=True, gate_checks=3),
+    # Development, where defaults are chosen: the tickets preset's budgets on training seed 11 (80 training and 40
+    # selection tickets, as the tickets kit's defaults, and 100 held-out tickets of seed 11's held-out names).
+    # No figure from here is reported as a result; the reported presets' seeds (1000) are never looked at to choose.
+    "tickets_dev": Budget(train_n=80, selection_n=40, test_n=100, k=1, eval_temperature=0.0, num_threads=4,
+                          data_seed=11, max_bootstrapped_demos=4, max_labeled_demos=4, simba_bsize=8,
+                          simba_candidates=4, simba_steps=2, gepa_max_metric_calls=150, gepa_minibatch=3,
+                          group_size=4, epochs=1, batch_size=None, tfgrpo_summarize=False, task="tickets",
+                          methods=("none", "nearest_label", "labeled", "tfgrpo", "tfgrpo_by_answer"),
+                          repeat_none=False, gate_checks=0),
     # For a served model with real throughput: paper-like sizes.
     "server": Budget(train_n=30, selection_n=20, test_n=100, k=4, seeds=3, num_threads=16, max_bootstrapped_demos=4,
                      max_labeled_demos=4, simba_bsize=8, simba_candidates=4, simba_steps=4,
