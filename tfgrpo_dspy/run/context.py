@@ -1,7 +1,7 @@
 """What every phase of a run needs, built complete in one place (`RunContext.build`).
 
 The phases (`tfgrpo_dspy.run.phases`), the update (`tfgrpo_dspy.run.update`) and the verification read it; none
-of them builds parts of it, so the imports run one way: context <- phases, update, loop <- optimizer.
+of them builds parts of it, so the imports run one way: context <- phases, update, loop <- compile.
 """
 
 from __future__ import annotations
