@@ -18,7 +18,7 @@ from dspy.teleprompt.teleprompt import Teleprompter
 
 from tfgrpo_dspy.inference.rollouts import metric_call_arity
 from tfgrpo_dspy.library.library import ExperienceLibrary
-from tfgrpo_dspy.reflection.reflection import ReflectionSignatures
+from tfgrpo_dspy.reflection.steps import ReflectionSignatures
 from tfgrpo_dspy.run.accounting import TrainingAborted
 from tfgrpo_dspy.run.compile import compiled_program, reference_fields, run_compile
 from tfgrpo_dspy.run.estimate import estimate_run

@@ -16,7 +16,8 @@ import dspy
 
 from tfgrpo_dspy.inference.injection import library_of, with_experiences
 from tfgrpo_dspy.library.library import ExperienceLibrary
-from tfgrpo_dspy.reflection.reflection import ReflectionSignatures, Reflector
+from tfgrpo_dspy.reflection.reflection import Reflector
+from tfgrpo_dspy.reflection.steps import ReflectionSignatures
 from tfgrpo_dspy.run.accounting import Ledger
 from tfgrpo_dspy.run.context import RunContext
 from tfgrpo_dspy.run.inputs import check_inputs, selection_split

@@ -13,9 +13,10 @@ from typing import Any
 import dspy
 
 from tfgrpo_dspy.inference.rollouts import GroupOutcome
+from tfgrpo_dspy.reflection.formatting import as_text, format_answer, format_reference
 from tfgrpo_dspy.reflection.guard import LessonGuard
 from tfgrpo_dspy.reflection.lessons import ExampleMaterial, Vocabulary
-from tfgrpo_dspy.reflection.reflection import Reflector, as_text, format_answer, format_reference
+from tfgrpo_dspy.reflection.reflection import Reflector
 from tfgrpo_dspy.run.accounting import Ledger
 from tfgrpo_dspy.run.runlog import RunLog
 from tfgrpo_dspy.run.verification import Verifier

@@ -31,7 +31,7 @@ from typing import Any
 import dspy
 
 from tfgrpo_dspy.inference.rollouts import answer_text, score_prediction
-from tfgrpo_dspy.reflection.reflection import SUCCESS
+from tfgrpo_dspy.reflection.formatting import SUCCESS
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
 
 

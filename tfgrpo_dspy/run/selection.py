@@ -35,7 +35,7 @@ from tfgrpo_dspy.inference.rollouts import (
 )
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.parallel import map_in_threads
-from tfgrpo_dspy.reflection.reflection import SUCCESS
+from tfgrpo_dspy.reflection.formatting import SUCCESS
 from tfgrpo_dspy.run.accounting import Ledger
 from tfgrpo_dspy.run.runlog import RunLog
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
