@@ -2,6 +2,8 @@
 
     injection.py    `ExperiencePredict`: the lessons shown on every call (placement, top-k retrieval), saved and
                     loaded with the program; `with_experiences`, `library_of`, `load_program`
+    block.py        the marked block of lessons in a predictor's instructions, rendered and read back
+    retrieval.py    which lessons one call is shown: BM25 top-k, or the nearest training input's route
     rollouts.py     one run of a program on one example on private LM copies: trace, score, exact usage
     evaluation.py   Mean@k / Pass@k of a program, with or without a library, resumable
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import dspy
 
-from tfgrpo_dspy.inference.injection import leaving_out, route_text
+from tfgrpo_dspy.inference.retrieval import leaving_out, route_text
 from tfgrpo_dspy.parallel import call_with_timeout
 from tfgrpo_dspy.usage import Usage, UsageRecord, usage_of
 

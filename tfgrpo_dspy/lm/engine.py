@@ -29,7 +29,7 @@ from dspy.lm15 import (
     response_to_events,
 )
 
-from tfgrpo_dspy.inference.injection import BLOCK_START
+from tfgrpo_dspy.inference.block import BLOCK_START
 from tfgrpo_dspy.lm.server import ServerRegistry, ServerSettings, default_registry
 from tfgrpo_dspy.lm.weights import DEFAULT_MODEL
 
