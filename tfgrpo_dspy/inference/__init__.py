@@ -6,6 +6,8 @@
     retrieval.py    which lessons one call is shown: BM25 top-k, or the nearest training input's route
     rollouts.py     one run of a program on one example on private LM copies: trace, score, exact usage
     evaluation.py   Mean@k / Pass@k of a program, with or without a library, resumable
+    eval_report.py  what an evaluation reports: `EvalReport`, per example and sample; unbiased pass@k
+    checkpoint.py   an evaluation's finished samples on disk, and the program fingerprint they are kept for
 
 Imports only the library (``tfgrpo_dspy.library``) and the base modules (settings, usage, parallel). The
 reflection and the run build on it.

@@ -128,7 +128,7 @@ class ExperiencePredict(dspy.Predict):
     def dump_state(self, json_mode: bool = True) -> dict[str, Any]:
         state = super().dump_state(json_mode=json_mode)
         # "retrieval" names how top_k lessons are chosen: a saved evaluation of a program made under another
-        # retrieval has another fingerprint (`evaluation.fingerprint`), so its answers are not reused.
+        # retrieval has another fingerprint (`checkpoint.fingerprint`), so its answers are not reused.
         state[_STATE_KEY] = {"library": self.experience_library.to_dict(include_audit=False),
                              "placement": self.placement, "top_k": self.top_k,
                              "retrieval": ROUTING if self.experience_library.routes else RETRIEVAL}
