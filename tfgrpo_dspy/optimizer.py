@@ -16,7 +16,7 @@ from typing import Any
 import dspy
 from dspy.teleprompt.teleprompt import Teleprompter
 
-from tfgrpo_dspy.inference.rollouts import metric_call_arity
+from tfgrpo_dspy.inference.scoring import metric_call_arity
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.reflection.steps import ReflectionSignatures
 from tfgrpo_dspy.run.accounting import TrainingAborted

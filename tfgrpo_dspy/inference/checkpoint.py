@@ -15,7 +15,8 @@ from typing import Any
 
 import dspy
 
-from tfgrpo_dspy.inference.rollouts import Rollout, jsonable
+from tfgrpo_dspy.inference.outputs import jsonable
+from tfgrpo_dspy.inference.rollouts import Rollout
 from tfgrpo_dspy.library.jsonio import read_json, write_json_atomic
 
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import dspy
 
-from tfgrpo_dspy.inference.rollouts import GroupOutcome, Rollout, answer_text
+from tfgrpo_dspy.inference.outputs import answer_text
+from tfgrpo_dspy.inference.rollouts import GroupOutcome, Rollout
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.reflection.records import RolloutSummary
 
