@@ -26,156 +26,52 @@ even a process without ``tfgrpo_dspy`` shows it; with retrieval it cannot.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import math
-import re
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import dspy
 from dspy.primitives.module import set_attribute_by_name
-from rank_bm25 import BM25Okapi
 
-from tfgrpo_dspy.library.file import Experience
+from tfgrpo_dspy.inference.block import (
+    BLOCK_END,
+    BLOCK_PREAMBLE,
+    BLOCK_START,
+    inject_instructions,
+    parse_block,
+    render_block,
+    strip_block,
+)
+from tfgrpo_dspy.inference.retrieval import (
+    RETRIEVAL,
+    ROUTING,
+    LuceneBM25,
+    collect_shown_lessons,
+    leaving_out,
+    note_shown,
+    relevant_lessons,
+    retrieval_words,
+    route_text,
+    routed_lessons,
+    shown_lessons,
+)
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.settings import DEFAULT_TOP_K, PLACEMENTS
 
-BLOCK_START = "--- BEGIN EXPERIENCE LIBRARY (tfgrpo-dspy) ---"
-BLOCK_END = "--- END EXPERIENCE LIBRARY ---"
-BLOCK_PREAMBLE = (
-    "Lessons learned from earlier attempts at this task. "
-    "Apply the ones whose condition fits the current input; ignore the rest."
-)
+# The block (`tfgrpo_dspy.inference.block`) and the choice of lessons (`tfgrpo_dspy.inference.retrieval`) live in
+# modules of their own; their names are re-exported here, where callers have always imported them.
+__all__ = [
+    "BLOCK_END", "BLOCK_PREAMBLE", "BLOCK_START", "EXPERIENCES_DESC", "EXPERIENCES_FIELD", "RETRIEVAL", "ROUTING",
+    "ExperiencePredict", "LuceneBM25", "SavedLibrarySlot", "collect_shown_lessons", "inject_instructions",
+    "leaving_out", "library_of", "load_program", "parse_block", "placement_of", "relevant_lessons",
+    "render_block", "retrieval_words", "route_text", "routed_lessons", "select_predictors", "shown_lessons",
+    "strip_block", "with_experiences",
+]
+
 EXPERIENCES_FIELD = "experiences"
 EXPERIENCES_DESC = "lessons learned from earlier attempts at this task; apply those whose condition fits this input"
-_BLOCK_RE = re.compile(r"\n*" + re.escape(BLOCK_START) + r".*?" + re.escape(BLOCK_END) + r"\n*", re.DOTALL)
-_LINE_RE = re.compile(r"^\[E(\d+)\] (.+)$")
 _STATE_KEY = "tfgrpo_experiences"
-RETRIEVAL = "bm25-lucene-idf"  # see LuceneBM25; the name changes whenever the choice of lessons does
-ROUTING = "nearest-route-bm25-lucene-idf"  # the same, for a library with routes
-
-
-def render_block(library: ExperienceLibrary) -> str:
-    """The marked block for a library; empty for an empty library."""
-    if not len(library):
-        return ""
-    return f"{BLOCK_START}\n{BLOCK_PREAMBLE}\n{library.render()}\n{BLOCK_END}"
-
-
-def strip_block(instructions: str) -> str:
-    """The instructions with any experience block removed."""
-    return _BLOCK_RE.sub("\n\n", instructions or "").strip()
-
-
-def inject_instructions(instructions: str, library: ExperienceLibrary) -> str:
-    """Replace (or add, or remove) the experience block of one instruction text."""
-    own = strip_block(instructions)
-    block = render_block(library)
-    if not block:
-        return own
-    return f"{own}\n\n{block}" if own else block
-
-
-def parse_block(instructions: str) -> ExperienceLibrary | None:
-    """The library rendered in an instruction text, or None when it has no block."""
-    match = _BLOCK_RE.search(instructions or "")
-    if not match:
-        return None
-    experiences = []
-    for line in match.group(0).splitlines():
-        parsed = _LINE_RE.match(line.strip())
-        if parsed:
-            experiences.append(Experience(id=int(parsed.group(1)), text=parsed.group(2)))
-    return ExperienceLibrary(experiences)
-
-
-def relevant_lessons(library: ExperienceLibrary, query: str, k: int | None) -> ExperienceLibrary:
-    """The ``k`` lessons of ``library`` most relevant to ``query`` (BM25), in library order."""
-    if k is None or len(library) <= k:
-        return library
-    scores = LuceneBM25([retrieval_words(e.text) for e in library]).get_scores(retrieval_words(query))
-    ranked = sorted(range(len(library)), key=lambda i: (-scores[i], i))[:k]
-    chosen = {library.experiences[i].id for i in ranked}
-    return ExperienceLibrary([e for e in library if e.id in chosen], max_experiences=library.max_experiences,
-                             max_words=library.max_words, next_id=library.next_id)
-
-
-def route_text(inputs: dict[str, Any]) -> str:
-    """What an input is routed by, and the query of a call: its values, in order, as one text."""
-    return " ".join(str(v) for v in inputs.values())
-
-
-# The route input of the training example being run (its own route is not used: see `leaving_out`).
-_LEFT_OUT: contextvars.ContextVar[str | None] = contextvars.ContextVar("tfgrpo_left_out_route", default=None)
-
-
-@contextlib.contextmanager
-def leaving_out(route_input: str) -> Iterator[None]:
-    """Calls inside this block (in this thread) are not routed by the route of ``route_input``: a training
-    example is shown what its nearest other training input is, so a lesson is judged where it would be shown
-    to a new input, not on the example it was routed from."""
-    token = _LEFT_OUT.set(route_input)
-    try:
-        yield
-    finally:
-        _LEFT_OUT.reset(token)
-
-
-def routed_lessons(library: ExperienceLibrary, query: str, k: int | None) -> ExperienceLibrary:
-    """The lessons (at most ``k``) of the route whose input is nearest to ``query`` (BM25), other than the one
-    left out; none when no route shares a word with the query or the nearest route has no lesson."""
-    left_out = _LEFT_OUT.get()
-    routes = [r for r in library.routes if r.input != left_out]
-    words = retrieval_words(query)
-    if not routes or not words:
-        return ExperienceLibrary([], next_id=library.next_id)
-    scores = LuceneBM25([retrieval_words(r.input) for r in routes]).get_scores(words)
-    best = max(range(len(routes)), key=lambda i: (scores[i], -i))
-    chosen = set(routes[best].lessons[:k]) if scores[best] > 0 else set()
-    return ExperienceLibrary([e for e in library if e.id in chosen], max_experiences=library.max_experiences,
-                             max_words=library.max_words, next_id=library.next_id)
-
-
-def shown_lessons(library: ExperienceLibrary, query: str, k: int | None) -> ExperienceLibrary:
-    """The lessons one call with this query is shown: by its route when the library has routes, else the k
-    most relevant."""
-    if library.routes:
-        return routed_lessons(library, query, k)
-    return relevant_lessons(library, query, k)
-
-
-# The ids of the lessons shown by the calls of the current rollout, when someone is collecting them.
-_SHOWN: contextvars.ContextVar[set[int] | None] = contextvars.ContextVar("tfgrpo_shown_lessons", default=None)
-
-
-@contextlib.contextmanager
-def collect_shown_lessons() -> Iterator[set[int]]:
-    """The ids of every lesson an `ExperiencePredict` shows inside this block (in this thread): what a
-    verification credits a fix to."""
-    shown: set[int] = set()
-    token = _SHOWN.set(shown)
-    try:
-        yield shown
-    finally:
-        _SHOWN.reset(token)
-
-
-def retrieval_words(text: str) -> list[str]:
-    """The words retrieval matches on: lowercase runs of letters and digits."""
-    return re.findall(r"[a-z0-9]+", text.lower())
-
-
-class LuceneBM25(BM25Okapi):
-    """BM25 with Lucene's idf, log(1 + (N - n + 0.5) / (n + 0.5)), which is positive for every word. Okapi's idf
-    (rank_bm25's BM25Okapi) is zero for a word in one of two lessons and negative for one in both, so a library
-    of two lessons showed its first lesson to every input."""
-
-    def _calc_idf(self, nd: dict[str, int]) -> None:
-        for word, freq in nd.items():
-            self.idf[word] = math.log(1 + (self.corpus_size - freq + 0.5) / (freq + 0.5))
 
 
 class ExperiencePredict(dspy.Predict):
@@ -206,9 +102,7 @@ class ExperiencePredict(dspy.Predict):
     def call_signature(self, inputs: dict[str, Any]) -> tuple[type[dspy.Signature], dict[str, Any]]:
         """The signature and inputs of one call: the lessons (all, or the top k for these inputs) in place."""
         shown = shown_lessons(self.experience_library, route_text(inputs), self.top_k)
-        collector = _SHOWN.get()
-        if collector is not None:
-            collector.update(shown.ids)
+        note_shown(shown.ids)
         signature = self.signature.with_instructions(strip_block(self.signature.instructions))
         if not len(shown):
             return signature, inputs
@@ -234,7 +128,7 @@ class ExperiencePredict(dspy.Predict):
     def dump_state(self, json_mode: bool = True) -> dict[str, Any]:
         state = super().dump_state(json_mode=json_mode)
         # "retrieval" names how top_k lessons are chosen: a saved evaluation of a program made under another
-        # retrieval has another fingerprint (`evaluation.fingerprint`), so its answers are not reused.
+        # retrieval has another fingerprint (`checkpoint.fingerprint`), so its answers are not reused.
         state[_STATE_KEY] = {"library": self.experience_library.to_dict(include_audit=False),
                              "placement": self.placement, "top_k": self.top_k,
                              "retrieval": ROUTING if self.experience_library.routes else RETRIEVAL}

@@ -9,27 +9,34 @@ or metric) is recorded on the rollout and scored as a failure, never raised.
 
 from __future__ import annotations
 
-import inspect
-import json
 import logging
-import math
-import re
 import statistics
 import traceback
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import dspy
 
-from tfgrpo_dspy.inference.injection import leaving_out, route_text
+from tfgrpo_dspy.inference.outputs import MAX_FIELD_CHARS, answer_text, count_tool_calls, final_outputs, jsonable
+from tfgrpo_dspy.inference.retrieval import leaving_out, route_text
+from tfgrpo_dspy.inference.scoring import (
+    Score,
+    majority_vote_scores,
+    metric_call_arity,
+    normalize_answer,
+    score_prediction,
+)
 from tfgrpo_dspy.parallel import call_with_timeout
 from tfgrpo_dspy.usage import Usage, UsageRecord, usage_of
 
 logger = logging.getLogger(__name__)
 
-MAX_FIELD_CHARS = 4000  # per value in a stored trace; keeps logs and reflection prompts bounded
+# How a rollout is scored (`tfgrpo_dspy.inference.scoring`) and what it records of the outputs
+# (`tfgrpo_dspy.inference.outputs`) live in modules of their own; their names are re-exported here.
+__all__ = ["MAX_FIELD_CHARS", "GroupOutcome", "Rollout", "Score", "answer_text", "apply_majority_vote",
+           "bind_rollout_lms", "count_tool_calls", "final_outputs", "jsonable", "majority_vote_scores",
+           "metric_call_arity", "normalize_answer", "run_rollout", "score_prediction"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,6 @@ class Rollout(UsageRecord):
         if self.outputs is None or self.outputs.get(answer_field) is None:
             return None
         return str(self.outputs[answer_field])
-
 
 
 @dataclass(frozen=True)
@@ -100,133 +106,6 @@ class GroupOutcome:
         std = self.std
         return [((r.score - self.mean) / std if std > 1e-9 else 0.0) if r.scored else None for r in self.rollouts]
 
-
-# -- metrics ------------------------------------------------------------------------------------
-def metric_call_arity(metric: Callable) -> int:
-    """How many positional arguments to pass a DSPy metric: 3 (example, pred, trace) or 2.
-
-    Raises TypeError for anything that cannot be called as a metric.
-    """
-    if not callable(metric):
-        raise TypeError(f"metric must be callable as metric(example, prediction, trace=None), got {metric!r}")
-    try:
-        sig = inspect.signature(metric)
-    except (TypeError, ValueError):
-        return 3  # builtins and C callables: trust DSPy's convention
-    for arity in (3, 2):
-        try:
-            sig.bind(*([None] * arity))
-            return arity
-        except TypeError:
-            continue
-    raise TypeError(
-        f"metric {getattr(metric, '__name__', metric)!r} has signature {sig}; a DSPy metric takes "
-        "(example, prediction, trace=None)"
-    )
-
-
-@dataclass(frozen=True)
-class Score:
-    value: float
-    feedback: str | None = None
-    error: str | None = None
-
-
-def score_prediction(metric: Callable, example: dspy.Example, prediction: Any, failure_score: float) -> Score:
-    """Call a DSPy metric and turn any of its return types into a float; a broken metric scores a failure."""
-    try:
-        args = (example, prediction, None)[: metric_call_arity(metric)]
-        result = metric(*args)
-    except Exception as exc:  # the metric is user code: record, don't crash the run
-        return Score(failure_score, error=f"metric raised {type(exc).__name__}: {exc}")
-    feedback = None
-    value = result
-    if isinstance(result, dict) and "score" in result:
-        value, feedback = result["score"], result.get("feedback")
-    elif not isinstance(result, (int, float)) and hasattr(result, "score"):
-        value, feedback = result.score, getattr(result, "feedback", None)
-    if isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, (int, float)) or math.isnan(value):
-        return Score(failure_score, error=f"metric returned {value!r}, not a number")
-    return Score(float(value), None if feedback is None else str(feedback))
-
-
-# -- majority vote (no ground truth) -------------------------------------------------------------
-def normalize_answer(answer: str | None) -> str | None:
-    """Canonical form for voting: case, spacing, trailing dots, thousands commas and number formats."""
-    if answer is None:
-        return None
-    text = " ".join(str(answer).strip().lower().split()).rstrip(".")
-    number = re.fullmatch(r"[$]?\s*(-?[\d,]*\.?\d+)\s*%?", text)
-    if number:
-        try:
-            value = float(number.group(1).replace(",", ""))
-            return str(int(value)) if value.is_integer() else repr(value)
-        except ValueError:
-            pass
-    return text or None
-
-
-def majority_vote_scores(answers: Sequence[str | None]) -> tuple[list[float], str | None]:
-    """1.0 for answers equal to the group's unique most common answer, else 0.0 (ties: no majority)."""
-    normalized = [normalize_answer(a) for a in answers]
-    counts = Counter(a for a in normalized if a is not None)
-    if not counts:
-        return [0.0] * len(answers), None
-    ranked = counts.most_common()
-    if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
-        return [0.0] * len(answers), None
-    winner = ranked[0][0]
-    return [1.0 if a == winner else 0.0 for a in normalized], winner
-
-
-# -- answers ---------------------------------------------------------------------------------------
-def final_outputs(outputs: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The outputs without the reasoning: what a metric reads, and what two runs are compared on (a chain of
-    thought is reworded by any change of the prompt)."""
-    if outputs is None:
-        return None
-    return {name: value for name, value in outputs.items() if name != "reasoning"}
-
-
-def answer_text(outputs: dict[str, Any] | None) -> str:
-    """The final outputs as one text, e.g. 'queue: general'; '(no answer)' without outputs."""
-    final = final_outputs(outputs)
-    if not final:
-        return "(no answer)"
-    return "; ".join(f"{name}: {value if isinstance(value, str) else _to_text(value)}"
-                     for name, value in final.items())
-
-
-# -- running -------------------------------------------------------------------------------------
-def jsonable(value: Any, limit: int = MAX_FIELD_CHARS) -> Any:
-    """A JSON-safe, size-bounded copy of a value for logs and prompts."""
-    if hasattr(value, "model_dump"):
-        value = value.model_dump()
-    if isinstance(value, dict):
-        return {str(k): jsonable(v, limit) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v, limit) for v in value]
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    text = value if isinstance(value, str) else _to_text(value)
-    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more chars]"
-
-
-def _to_text(value: Any) -> str:
-    try:
-        return json.dumps(value, default=str)
-    except (TypeError, ValueError):
-        return str(value)
-
-
-def count_tool_calls(outputs: dict[str, Any] | None) -> int:
-    """Tool calls in a ReAct-style trajectory (``tool_name_<i>`` entries other than 'finish')."""
-    trajectory = (outputs or {}).get("trajectory")
-    if not isinstance(trajectory, dict):
-        return 0
-    return sum(1 for key, value in trajectory.items() if key.startswith("tool_name_") and value != "finish")
 
 
 def bind_rollout_lms(

@@ -77,7 +77,7 @@ class Route:
     """One training input and the lessons an input nearest to it is shown (none: it is shown no lesson).
 
     A library with routes shows each call the lessons of the route whose input is most like the call's
-    (`tfgrpo_dspy.inference.injection`), instead of the lessons most like the input; see the setting
+    (`tfgrpo_dspy.inference.retrieval`), instead of the lessons most like the input; see the setting
     ``route_by``."""
 
     input: str

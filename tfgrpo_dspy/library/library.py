@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from tfgrpo_dspy.library.diff import LibraryDiff
 from tfgrpo_dspy.library.edits import APPLY_ORDER, OP_KINDS, ApplyReport, AuditEntry, EditOp, parse_experience_id
 from tfgrpo_dspy.library.file import (
     FORMAT_NAME,
@@ -34,39 +35,9 @@ from tfgrpo_dspy.library.file import (
     word_count,
 )
 from tfgrpo_dspy.library.jsonio import read_json, write_json_atomic
+from tfgrpo_dspy.library.routing import rerouted, routes_with
 
 logger = logging.getLogger(__name__)
-
-@dataclass(frozen=True)
-class LibraryDiff:
-    """What changed between two libraries, matched by id."""
-
-    added: tuple[Experience, ...] = ()
-    removed: tuple[Experience, ...] = ()
-    modified: tuple[tuple[Experience, Experience], ...] = ()
-    unchanged: int = 0
-
-    def __bool__(self) -> bool:
-        return bool(self.added or self.removed or self.modified)
-
-    def __str__(self) -> str:
-        lines = [f"- [{e.label}] {e.text}" for e in self.removed]
-        for old, new in self.modified:
-            lines += [f"~ [{old.label}] {old.text}", f"  -> {new.text}"]
-        lines += [f"+ [{e.label}] {e.text}" for e in self.added]
-        lines.append(
-            f"({len(self.added)} added, {len(self.removed)} removed, "
-            f"{len(self.modified)} modified, {self.unchanged} unchanged)"
-        )
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "added": [e.to_dict() for e in self.added],
-            "removed": [e.to_dict() for e in self.removed],
-            "modified": [{"old": o.to_dict(), "new": n.to_dict()} for o, n in self.modified],
-            "unchanged": self.unchanged,
-        }
 
 
 @dataclass
@@ -145,16 +116,7 @@ class ExperienceLibrary:
 
     def diff(self, other: ExperienceLibrary) -> LibraryDiff:
         """What changed going from this library to ``other``."""
-        mine = {e.id: e for e in self.experiences}
-        theirs = {e.id: e for e in other.experiences}
-        return LibraryDiff(
-            added=tuple(e for e in other.experiences if e.id not in mine),
-            removed=tuple(e for e in self.experiences if e.id not in theirs),
-            modified=tuple(
-                (mine[i], theirs[i]) for i in mine if i in theirs and mine[i].text != theirs[i].text
-            ),
-            unchanged=sum(1 for i in mine if i in theirs and mine[i].text == theirs[i].text),
-        )
+        return LibraryDiff.between(self.experiences, other.experiences)
 
     def copy(self) -> ExperienceLibrary:
         return ExperienceLibrary.from_dict(self.to_dict())
@@ -169,21 +131,7 @@ class ExperienceLibrary:
         input no lesson is routed to is shown nothing."""
         if lesson_id not in self:
             raise KeyError(f"no experience E{lesson_id} to route to")
-        routed = {r.input: r.lessons for r in self.routes}
-        for text in everyone:
-            routed.setdefault(text, ())
-        for text in inputs:
-            lessons = routed.get(text, ())
-            routed[text] = lessons if lesson_id in lessons else (*lessons, lesson_id)
-        self.routes = [Route(text, lessons) for text, lessons in routed.items()]
-
-    def _reroute(self, removed: Sequence[int], into: int | None = None) -> None:
-        """Routes to deleted lessons go nowhere; routes to merged lessons go to the lesson they became."""
-        def rewrite(lessons: tuple[int, ...]) -> tuple[int, ...]:
-            kept = [into if i in removed else i for i in lessons]
-            return tuple(dict.fromkeys(i for i in kept if i is not None))
-
-        self.routes = [Route(r.input, rewrite(r.lessons)) for r in self.routes]
+        self.routes = routes_with(self.routes, lesson_id, inputs, everyone)
 
     # -- editing -------------------------------------------------------------------------------
     def apply(
@@ -234,7 +182,7 @@ class ExperienceLibrary:
             return done("refused", "unknown id(s): " + ", ".join(f"E{t}" for t in unknown))
         if op.op == "delete":
             self.experiences = [e for e in self.experiences if e.id != op.id]
-            self._reroute([op.id])
+            self.routes = rerouted(self.routes, [op.id])
             return done("applied", f"deleted E{op.id}", op.id)
 
         text = normalize_text(op.text or "")
@@ -257,7 +205,7 @@ class ExperienceLibrary:
         rewritten = replace(old, text=text, updated_step=step, sources=tuple(all_sources),
                             uses=0, helpful=0, harmful=0)
         self.experiences = [rewritten if e.id == keep_id else e for e in self.experiences if e.id not in targets[1:]]
-        self._reroute(targets[1:], into=keep_id)
+        self.routes = rerouted(self.routes, targets[1:], into=keep_id)
         if op.op == "modify":
             return done("applied", f"modified E{keep_id} (was: {old.text})", keep_id)
         return done("applied", "merged " + ", ".join(f"E{t}" for t in targets) + f" into E{keep_id}", keep_id)
@@ -292,7 +240,7 @@ class ExperienceLibrary:
         for exp in list(self.experiences):
             if exp.uses >= min_uses and exp.harmful - exp.helpful >= margin:
                 self.experiences = [e for e in self.experiences if e.id != exp.id]
-                self._reroute([exp.id])
+                self.routes = rerouted(self.routes, [exp.id])
                 entries.append(AuditEntry(step, "delete", "applied", f"pruned E{exp.id}: {exp.record}",
                                           id=exp.id, text=exp.text, reason="harmful record", result_id=exp.id))
         self.audit_log.extend(entries)

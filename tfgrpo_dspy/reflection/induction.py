@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfgrpo_dspy.inference.rollouts import GroupOutcome
-from tfgrpo_dspy.reflection.reflection import SUCCESS, as_text
+from tfgrpo_dspy.reflection.formatting import SUCCESS, as_text
 from tfgrpo_dspy.usage import Usage, UsageRecord
 
 MIN_SET = 3  # fewer failures than this share too little to reveal a rule

@@ -1,7 +1,7 @@
 """What every phase of a run needs, built complete in one place (`RunContext.build`).
 
 The phases (`tfgrpo_dspy.run.phases`), the update (`tfgrpo_dspy.run.update`) and the verification read it; none
-of them builds parts of it, so the imports run one way: context <- phases, update, loop <- optimizer.
+of them builds parts of it, so the imports run one way: context <- phases, update, loop <- compile.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from typing import Any
 import dspy
 
 from tfgrpo_dspy.inference.rollouts import GroupOutcome
+from tfgrpo_dspy.reflection.formatting import as_text, format_answer, format_reference
 from tfgrpo_dspy.reflection.guard import LessonGuard
 from tfgrpo_dspy.reflection.lessons import ExampleMaterial, Vocabulary
-from tfgrpo_dspy.reflection.reflection import Reflector, as_text, format_answer, format_reference
+from tfgrpo_dspy.reflection.reflection import Reflector
 from tfgrpo_dspy.run.accounting import Ledger
 from tfgrpo_dspy.run.runlog import RunLog
 from tfgrpo_dspy.run.verification import Verifier

@@ -30,8 +30,9 @@ from typing import Any
 
 import dspy
 
-from tfgrpo_dspy.inference.rollouts import answer_text, score_prediction
-from tfgrpo_dspy.reflection.reflection import SUCCESS
+from tfgrpo_dspy.inference.outputs import answer_text
+from tfgrpo_dspy.inference.scoring import score_prediction
+from tfgrpo_dspy.reflection.formatting import SUCCESS
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings
 
 

@@ -14,7 +14,8 @@ import time
 
 from tfgrpo_dspy.inference.rollouts import GroupOutcome
 from tfgrpo_dspy.library.library import ExperienceLibrary
-from tfgrpo_dspy.reflection.reflection import SUCCESS, Proposal, RolloutSummary
+from tfgrpo_dspy.reflection.formatting import SUCCESS
+from tfgrpo_dspy.reflection.records import Proposal, RolloutSummary
 from tfgrpo_dspy.run.accounting import StopRun
 from tfgrpo_dspy.run.context import RunContext
 from tfgrpo_dspy.run.gate import Edit, StepGate, candidate_record

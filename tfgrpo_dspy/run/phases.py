@@ -42,7 +42,7 @@ from tfgrpo_dspy.reflection.induction import (
     induction_sets,
 )
 from tfgrpo_dspy.reflection.lessons import LessonCluster, cluster_lessons, render_lesson
-from tfgrpo_dspy.reflection.reflection import Lesson, Proposal, RolloutSummary, UpdateDecision
+from tfgrpo_dspy.reflection.records import Lesson, Proposal, RolloutSummary, UpdateDecision
 from tfgrpo_dspy.run.context import RunContext
 from tfgrpo_dspy.run.judgement import LessonCheck
 from tfgrpo_dspy.run.update import UpdatePhase

@@ -25,17 +25,12 @@ import dspy
 import tqdm
 
 from tfgrpo_dspy.inference.injection import with_experiences
-from tfgrpo_dspy.inference.rollouts import (
-    Rollout,
-    answer_text,
-    final_outputs,
-    jsonable,
-    run_rollout,
-    score_prediction,
-)
+from tfgrpo_dspy.inference.outputs import answer_text, final_outputs, jsonable
+from tfgrpo_dspy.inference.rollouts import Rollout, run_rollout
+from tfgrpo_dspy.inference.scoring import score_prediction
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.parallel import map_in_threads
-from tfgrpo_dspy.reflection.reflection import SUCCESS
+from tfgrpo_dspy.reflection.formatting import SUCCESS
 from tfgrpo_dspy.run.accounting import Ledger
 from tfgrpo_dspy.run.runlog import RunLog
 from tfgrpo_dspy.settings import TrainingFreeGRPOSettings

@@ -17,7 +17,7 @@ from typing import Any
 from tfgrpo_dspy.library.edits import APPLY_ORDER, ApplyReport, EditOp
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.reflection.lessons import LessonCluster, cluster_lessons, similarity
-from tfgrpo_dspy.reflection.reflection import Proposal, UpdateDecision
+from tfgrpo_dspy.reflection.records import Proposal, UpdateDecision
 from tfgrpo_dspy.run.context import RunContext
 
 

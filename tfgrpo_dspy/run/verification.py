@@ -36,14 +36,10 @@ from typing import Any
 import dspy
 import tqdm
 
-from tfgrpo_dspy.inference.injection import (
-    collect_shown_lessons,
-    leaving_out,
-    route_text,
-    shown_lessons,
-    with_experiences,
-)
-from tfgrpo_dspy.inference.rollouts import final_outputs, jsonable, run_rollout
+from tfgrpo_dspy.inference.injection import with_experiences
+from tfgrpo_dspy.inference.outputs import final_outputs, jsonable
+from tfgrpo_dspy.inference.retrieval import collect_shown_lessons, leaving_out, route_text, shown_lessons
+from tfgrpo_dspy.inference.rollouts import run_rollout
 from tfgrpo_dspy.library.edits import ApplyReport, EditOp
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.parallel import map_in_threads
