@@ -1,9 +1,9 @@
 """The ``tfgrpo`` command: train, eval, show, diff, report, demo, tasks.
 
-This module is the dispatcher (`main`) and the commands that call a model: train, eval and demo. Their LMs
-come from `make_lm` looked up here, in this module, which is where the tests replace it with a scripted LM
-(``monkeypatch.setattr(cli, "make_lm", ...)``); so a command that calls a model belongs in this module.
-The rest of the command line lives beside it:
+This module is the dispatcher (`main`) and the commands that call a model: train, eval and demo. They make
+their LMs with this module's `make_lm`, the name the tests replace with a scripted LM
+(``monkeypatch.setattr(cli, "make_lm", ...)``), so a command that calls a model belongs here, not in a
+submodule with its own reference to `make_lm`. The rest of the command line lives beside it:
 
     tfgrpo_dspy.cli_args          the arguments: every flag and the tasks by name (TASKS)
     tfgrpo_dspy.cli.inputs        the program, the examples and the output paths, checked before a call
@@ -49,6 +49,7 @@ logger = logging.getLogger("tfgrpo_dspy")
 
 # -- the models --------------------------------------------------------------------------------
 def _lms(args: argparse.Namespace) -> tuple[dspy.LM, dspy.LM]:
+    """The policy LM and the reflection LM (the policy itself unless --reflection-lm names another)."""
     limits = {"max_tokens": args.max_tokens} if args.max_tokens else {}
     policy = make_lm(args.lm, api_base=args.api_base, api_key=args.api_key, **limits)
     if getattr(args, "reflection_lm", None):
