@@ -3,7 +3,7 @@
 An IPv4-mapped IPv6 address is its IPv4 address (`normalize_ip`); one that embeds an IPv4 address otherwise
 (compatible, NAT64, 6to4, Teredo) is judged by the IPv4 address it leads to (`embedded_ipv4`); `is_public` refuses
 private, loopback, link-local, reserved, multicast and unspecified addresses and a few blocks whose status this
-Python's `ipaddress` tables may not know. `tfgrpo_dspy.kits.web.fetch` applies them to every address a host
+Python's `ipaddress` tables may not know. `tfgrpo_dspy.kits.web.policy` applies them to every address a host
 resolves to.
 """
 

@@ -1,89 +1,39 @@
 """Fetching web pages under a network policy: one site, public addresses, bounded size and time.
 
-Every URL (the first and each redirect target) is checked before any byte is sent:
-http/https only, a host inside the site, a permitted port, and every address the host
-name resolves to must be public (or explicitly allowed). An IPv6 address that carries an
-IPv4 address (mapped, compatible, NAT64, 6to4, Teredo) is judged by the IPv4 address it
-leads to. The connection then goes to the checked address itself, with the original name
-in the Host header and TLS SNI, so a second DNS answer (DNS rebinding) cannot redirect it.
+Every URL (the first and each redirect target) is checked before any byte is sent (`.policy`: the scheme, the
+site's hosts and ports, public addresses only). The connection then goes to the checked address itself, with
+the original name in the Host header and TLS SNI, so a second DNS answer (DNS rebinding) cannot redirect it.
 
-Bodies are streamed and cut at a byte budget, counted both on the wire and after
-decompression (decoded here, chunk by chunk, so a small compressed bomb never expands in
-memory; stacked content encodings are refused). The whole fetch, redirects, headers and body
-included, has one wall-clock deadline: httpx's timeouts are per read, so a watchdog shuts the
-connection when the deadline passes, however slowly the server trickles. Every failure is a `FetchError`.
+Bodies are streamed and cut at a byte budget, counted both on the wire and after decompression (`.decoding`,
+chunk by chunk, so a small compressed bomb never expands in memory). The whole fetch, redirects, headers and body
+included, has one wall-clock deadline: httpx's timeouts are per read, so a watchdog shuts the connection when
+the deadline passes, however slowly the server trickles. Every failure is a `FetchError`.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import socket
 import time
-import zlib
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 import httpx
 
-from tfgrpo_dspy.kits.web.addresses import embedded_ipv4, is_public, normalize_ip
+from tfgrpo_dspy.kits.web.decoding import ACCEPT_ENCODING, DECODERS, BoundedDecoder, parse_content_type
+from tfgrpo_dspy.kits.web.errors import FetchError, FetchRefused
+from tfgrpo_dspy.kits.web.policy import DEFAULT_PORTS, FetchPolicy, Resolver, SiteGuard, resolve_host
 from tfgrpo_dspy.kits.web.watchdog import Watchdog
+
+# The names above that moved to .errors, .policy and .decoding are still importable from here.
+__all__ = [
+    "ACCEPT_ENCODING", "ALLOWED_CONTENT_TYPES", "DECODERS", "DEFAULT_PORTS", "REDIRECT_CODES", "FetchError",
+    "FetchPolicy", "FetchRefused", "FetchedPage", "Resolver", "SafeFetcher", "resolve_host",
+]
 
 logger = logging.getLogger(__name__)
 
 REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
 ALLOWED_CONTENT_TYPES = frozenset({"text/html", "application/xhtml+xml", "text/plain"})
-DEFAULT_PORTS = {"http": 80, "https": 443}
-# Content encodings decoded here, with their zlib window bits (deflate: a zlib stream; +32 also accepts gzip).
-DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": 32 + zlib.MAX_WBITS}
-ACCEPT_ENCODING = "gzip, deflate"
-
-Resolver = Callable[[str, int], list[str]]
-
-
-class FetchError(Exception):
-    """A page could not be fetched (network error, HTTP error, unsupported content, time out)."""
-
-
-class FetchRefused(FetchError):
-    """The network policy forbids the request; nothing was sent."""
-
-
-@dataclass(frozen=True)
-class FetchPolicy:
-    """Limits for one browsing session.
-
-    Attributes:
-        allowed_addresses: IP addresses permitted even though they are not public
-            (e.g. ``{"127.0.0.1"}`` for a local test site). Empty by default.
-        allow_subdomains: also accept hosts under the site's host (``docs.example.org``
-            for ``example.org``; a leading ``www.`` is ignored on both sides).
-        max_bytes: stop reading a body after this many bytes (the page is kept, marked truncated).
-        max_redirects: redirects followed per fetch; each target is checked again.
-        timeout_s: deadline for one fetch, redirects and body included.
-    """
-
-    allowed_addresses: frozenset[str] = field(default_factory=frozenset)
-    allow_subdomains: bool = True
-    max_bytes: int = 2_000_000
-    max_redirects: int = 5
-    timeout_s: float = 20.0
-    user_agent: str = "tfgrpo-dspy-webwalker/0.1 (+research browsing agent)"
-
-    def __post_init__(self) -> None:
-        if isinstance(self.allowed_addresses, str):
-            raise TypeError("allowed_addresses must be a collection of IP strings, not one string")
-        try:
-            normalized = frozenset(str(normalize_ip(a)) for a in self.allowed_addresses)
-        except ValueError as err:
-            raise ValueError(f"allowed_addresses holds something that is not an IP address: {err}") from err
-        object.__setattr__(self, "allowed_addresses", normalized)
-        if self.max_bytes <= 0:
-            raise ValueError(f"max_bytes must be positive, got {self.max_bytes}")
-        if self.max_redirects < 0:
-            raise ValueError(f"max_redirects must be >= 0, got {self.max_redirects}")
-        if self.timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
 
 
 @dataclass(frozen=True)
@@ -98,34 +48,14 @@ class FetchedPage:
     truncated: bool
 
 
-def resolve_host(host: str, port: int) -> list[str]:
-    """All addresses ``host`` resolves to (the system resolver)."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as err:  # UnicodeError: a name IDNA cannot encode
-        raise FetchError(f"cannot resolve host {host!r}: {err}") from err
-    return list(dict.fromkeys(info[4][0] for info in infos))
+class SafeFetcher(SiteGuard):
+    """Fetches pages of one site under a `FetchPolicy`, each URL checked first (`SiteGuard.check_url`).
 
-
-def _site_key(host: str) -> str:
-    host = host.lower().rstrip(".")
-    return host[4:] if host.startswith("www.") else host
-
-
-class SafeFetcher:
-    """Fetches pages of one site under a `FetchPolicy`. Not shared between threads: one per browser."""
+    Not shared between threads: one per browser.
+    """
 
     def __init__(self, site_url: str, policy: FetchPolicy | None = None, resolver: Resolver | None = None):
-        self.policy = policy or FetchPolicy()
-        self._resolve = resolver or resolve_host
-        try:
-            site = httpx.URL(site_url)
-        except httpx.InvalidURL as err:
-            raise ValueError(f"site_url is not a valid URL: {site_url!r}") from err
-        if site.scheme not in DEFAULT_PORTS or not site.host:
-            raise ValueError(f"site_url must be an absolute http(s) URL, got {site_url!r}")
-        self.site_host = site.host.lower()
-        self._site_ports = {site.port or DEFAULT_PORTS[site.scheme], *DEFAULT_PORTS.values()}
+        super().__init__(site_url, policy, resolver)
         self._client: httpx.Client | None = None  # opened on the first fetch, so an idle fetcher copies cleanly
 
     def close(self) -> None:
@@ -147,68 +77,6 @@ class SafeFetcher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def check_url(self, url: str) -> tuple[httpx.URL, str]:
-        """Check ``url`` against the policy; return it parsed and the address to connect to.
-
-        Raises:
-            FetchRefused: the scheme, host, port or an address the host resolves to is not allowed.
-        """
-        parsed = self._check_static(url)
-        port = parsed.port or DEFAULT_PORTS[parsed.scheme]
-        addresses = self._resolve(parsed.host, port)
-        if not addresses:
-            raise FetchError(f"host {parsed.host!r} resolved to no address")
-        for address in addresses:  # every answer must pass, or a later connect could pick a bad one
-            self._check_address(parsed.host, address)
-        return parsed, addresses[0]
-
-    def is_site_url(self, url: str) -> bool:
-        """Whether ``url`` passes the checks that need no DNS (scheme, host, port)."""
-        try:
-            self._check_static(url)
-        except FetchRefused:
-            return False
-        return True
-
-    def _check_static(self, url: str) -> httpx.URL:
-        try:
-            parsed = httpx.URL(url)
-        except (httpx.InvalidURL, TypeError) as err:
-            raise FetchRefused(f"not a valid URL: {url!r}") from err
-        if parsed.scheme not in DEFAULT_PORTS:
-            raise FetchRefused(f"only http and https URLs are allowed, got {url!r}")
-        if not parsed.host:
-            raise FetchRefused(f"URL has no host: {url!r}")
-        if parsed.userinfo:
-            raise FetchRefused(f"URLs with credentials are not allowed: {url!r}")
-        if not self._is_site_host(parsed.host):
-            raise FetchRefused(f"host {parsed.host!r} is outside the site {self.site_host!r}")
-        port = parsed.port or DEFAULT_PORTS[parsed.scheme]
-        if port not in self._site_ports:
-            raise FetchRefused(f"port {port} is not allowed for this site")
-        return parsed
-
-    def _is_site_host(self, host: str) -> bool:
-        host_key, site_key = _site_key(host), _site_key(self.site_host)
-        if host_key == site_key:
-            return True
-        return self.policy.allow_subdomains and host_key.endswith("." + site_key)
-
-    def _check_address(self, host: str, address: str) -> None:
-        try:
-            ip = normalize_ip(address)
-        except ValueError as err:
-            raise FetchRefused(f"host {host!r} resolved to an invalid address {address!r}") from err
-        if str(ip) in self.policy.allowed_addresses:
-            return
-        embedded = embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else []
-        # An IPv6 address that carries IPv4 is judged by where it leads (its prefix alone says nothing).
-        if not all(map(is_public, embedded or [ip])):
-            carrying = f" (carrying {', '.join(map(str, embedded))})" if embedded else ""
-            raise FetchRefused(
-                f"host {host!r} resolves to {ip}{carrying}, a private, loopback, link-local or reserved address"
-            )
 
     def fetch(self, url: str) -> FetchedPage:
         """GET ``url`` under the policy, following checked redirects.
@@ -237,7 +105,7 @@ class SafeFetcher:
             "Host": host_header,
             "User-Agent": self.policy.user_agent,
             "Accept": "text/html",
-            "Accept-Encoding": ACCEPT_ENCODING,  # only what `_BoundedDecoder` decodes
+            "Accept-Encoding": ACCEPT_ENCODING,  # only what `BoundedDecoder` decodes
         }
         remaining = deadline - time.monotonic()
         timed_out = f"timed out after {self.policy.timeout_s:g}s fetching {url}"
@@ -270,10 +138,10 @@ class SafeFetcher:
                 return location
             if response.status_code >= 400:
                 raise FetchError(f"HTTP {response.status_code} {response.reason_phrase} for {url}")
-            content_type, charset = _parse_content_type(response.headers.get("content-type", ""))
+            content_type, charset = parse_content_type(response.headers.get("content-type", ""))
             if content_type not in ALLOWED_CONTENT_TYPES:
                 raise FetchError(f"unsupported content type {content_type or 'unknown'!r} at {url}")
-            decoder = _BoundedDecoder(response.headers.get("content-encoding", ""), self.policy.max_bytes)
+            decoder = BoundedDecoder(response.headers.get("content-encoding", ""), self.policy.max_bytes)
             body, truncated = self._read_bounded(response.iter_raw(), decoder, url, deadline)
         except httpx.TimeoutException as err:
             raise FetchError(f"timed out after {self.policy.timeout_s:g}s fetching {url}") from err
@@ -286,7 +154,7 @@ class SafeFetcher:
         return FetchedPage(str(url), response.status_code, content_type, charset, body, truncated)
 
     def _read_bounded(
-        self, chunks: Iterable[bytes], decoder: _BoundedDecoder, url: httpx.URL, deadline: float
+        self, chunks: Iterable[bytes], decoder: BoundedDecoder, url: httpx.URL, deadline: float
     ) -> tuple[bytes, bool]:
         """Read raw (still encoded) chunks until the body ends, or either budget (wire, decoded) is spent."""
         received = 0
@@ -301,60 +169,8 @@ class SafeFetcher:
         return decoder.finish(), False
 
 
-class _BoundedDecoder:
-    """Decodes a body's content encoding as it streams in, never producing more than ``limit`` bytes.
-
-    httpx would decompress each network chunk whole: a few hundred bytes of stacked gzip become gigabytes in
-    one call. Here zlib may only produce what is left of the budget, so memory stays bounded by ``limit``.
-    """
-
-    def __init__(self, content_encoding: str, limit: int):
-        codings = [c.strip().lower() for c in content_encoding.split(",")]
-        codings = [c for c in codings if c not in ("", "identity")]
-        if len(codings) > 1:
-            raise FetchError(f"stacked content encodings are refused (a decompression bomb?): {content_encoding!r}")
-        if codings and codings[0] not in DECODERS:
-            raise FetchError(f"unsupported content encoding {codings[0]!r}")
-        self._zlib = zlib.decompressobj(DECODERS[codings[0]]) if codings else None
-        self._limit = limit
-        self._body = bytearray()
-        self.full = False  # the budget is spent and more would have followed
-
-    def feed(self, chunk: bytes) -> None:
-        room = self._limit - len(self._body)
-        if self._zlib is None:
-            decoded = chunk[: room + 1]
-        else:
-            try:
-                decoded = self._zlib.decompress(chunk, room + 1)  # asking one byte more tells "full" apart
-            except zlib.error as err:
-                raise FetchError(f"the compressed body is corrupt: {err}") from err
-        self.full = len(decoded) > room
-        self._body += decoded[:room]
-
-    def body(self) -> bytes:
-        return bytes(self._body)
-
-    def finish(self) -> bytes:
-        """The whole body once the input has ended; zlib may still hold a last piece (cut like the rest)."""
-        if self._zlib is not None:
-            room = self._limit - len(self._body)
-            self._body += self._zlib.flush()[:room]
-        return self.body()
-
-
 def _redirect_target(base: httpx.URL, location: str) -> str:
     try:
         return str(base.join(location))
     except httpx.InvalidURL as err:
         raise FetchError(f"redirect from {base} to an invalid URL {location!r}") from err
-
-
-def _parse_content_type(header: str) -> tuple[str, str | None]:
-    media_type, _, params = header.partition(";")
-    charset = None
-    for param in params.split(";"):
-        key, _, value = param.partition("=")
-        if key.strip().lower() == "charset" and value.strip():
-            charset = value.strip().strip("\"'")
-    return media_type.strip().lower(), charset

@@ -1,4 +1,5 @@
-"""One run of untrusted Python in the sandbox: launch it contained (`.confinement`), wait, kill, collect.
+"""One run of untrusted Python in the sandbox: launch it contained (`.confinement`), wait and kill it
+(`.process`), collect its output (`.result`).
 
 Each run starts a fresh child process, and nothing it started outlives it. Output is truncated to
 ``max_output_chars`` per stream. A process of the code that the memory limit stops ends without a traceback, and
@@ -15,29 +16,16 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import subprocess
 import tempfile
-import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from shutil import which
-from typing import BinaryIO
 
-from .confinement import (
-    MEMORY_REPORT,
-    NOBODY_UID,
-    SAFE_ENV_TEMPLATE,
-    STAGE_RESERVE,
-    TOOLS,
-    Isolation,
-    contained_launch,
-    kill_namespace,
-    process_reserve,
-    python_command,
-    unsafe_launch,
-)
+from .bootstrap import MEMORY_REPORT, process_reserve, python_command
+from .confinement import NOBODY_UID, SAFE_ENV_TEMPLATE, STAGE_RESERVE, TOOLS, Isolation, contained_launch, unsafe_launch
+from .process import execute
+from .result import SandboxResult, read_truncated
 
 logger = logging.getLogger(__name__)
 
@@ -49,47 +37,6 @@ _MIN_PROCESS_BYTES = 64 << 20  # RLIMIT_AS the interpreter needs to import sympy
 
 class SandboxUnavailable(RuntimeError):
     """Code cannot be isolated on this machine and the user did not opt in to running it unisolated."""
-
-
-@dataclass(frozen=True)
-class SandboxResult:
-    """Outcome of one run. ``exit_code`` is None when the run was killed on timeout.
-
-    ``out_of_memory`` is the one line that says which of the run's processes the memory limit stopped, and where
-    (empty when it stopped none); such a process ends without a traceback.
-    """
-
-    stdout: str
-    stderr: str
-    exit_code: int | None
-    timed_out: bool
-    duration_seconds: float
-    truncated: bool = False
-    out_of_memory: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out and not self.out_of_memory
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def for_agent(self) -> str:
-        """A compact observation for an LLM agent."""
-        parts = []
-        if self.stdout:
-            parts.append(f"stdout:\n{self.stdout}")
-        if self.stderr:
-            parts.append(f"stderr:\n{self.stderr}")
-        if self.out_of_memory:
-            parts.append(self.out_of_memory)
-        if self.timed_out:
-            parts.append(f"[killed: time limit exceeded after {self.duration_seconds:.1f}s]")
-        elif self.exit_code != 0 and not self.out_of_memory:  # exit code 1 is how a stopped main.py ends
-            parts.append(f"[exit code {self.exit_code}]")
-        if not parts:
-            parts.append("[no output; use print() to show results]")
-        return "\n".join(parts)
 
 
 def _unsafe_from_env() -> bool:
@@ -201,10 +148,10 @@ class PythonSandbox:
                                                          as_nobody=isolation.dropped_uid is not None)
                 else:
                     command, cwd, env = unsafe_launch(workspace, python)
-                exit_code, timed_out, duration = self._execute(command, cwd, env, stdout, stderr, report.fileno(),
-                                                               contained)
-            out, out_cut = _read_truncated(stdout_path, self.max_output_chars)
-            err, err_cut = _read_truncated(stderr_path, self.max_output_chars)
+                exit_code, timed_out, duration = execute(command, cwd, env, stdout, stderr, report.fileno(),
+                                                         contained, self.timeout_seconds)
+            out, out_cut = read_truncated(stdout_path, self.max_output_chars)
+            err, err_cut = read_truncated(stderr_path, self.max_output_chars)
             out_of_memory = self._memory_line(report_path, isolation)
         return SandboxResult(out, err, exit_code, timed_out, duration, truncated=out_cut or err_cut,
                              out_of_memory=out_of_memory)
@@ -226,44 +173,8 @@ class PythonSandbox:
             limit = f"{share} for each process"
         return f"[stopped: out of memory {who}; the limit is {limit}]"
 
-    def _execute(
-        self, command: list[str], cwd: Path, env: dict[str, str], stdout: BinaryIO, stderr: BinaryIO, report: int,
-        contained: bool
-    ) -> tuple[int | None, bool, float]:
-        started = time.monotonic()
-        process = subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=stderr,
-            pass_fds=(report,),  # the number python_command named; the stage passes it down to the code
-            start_new_session=True,  # its own process group, so one killpg reaches its children (unsafe mode)
-        )
-        try:
-            exit_code: int | None = process.wait(timeout=self.timeout_seconds)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            exit_code, timed_out = None, True
-            if contained:
-                kill_namespace(process)
-        finally:
-            # Unsafe mode: background children must not outlive the run (contained ones died with the namespace).
-            _kill_group(process.pid)
-            process.wait()
-        return exit_code, timed_out, time.monotonic() - started
-
-
 def _positive(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 @lru_cache(maxsize=1)
@@ -330,14 +241,3 @@ def trial_run(isolation: Isolation) -> Isolation | str:
 def _unavailable(reason: str) -> Isolation:
     logger.warning("Python sandbox cannot isolate code here: %s", reason)
     return Isolation(namespaces=False, reason=reason)
-
-
-def _read_truncated(path: Path, max_chars: int) -> tuple[str, bool]:
-    with path.open("rb") as handle:
-        head = handle.read(max_chars * 4 + 4)  # utf-8 needs at most 4 bytes per character
-        size = path.stat().st_size
-    text = head.decode("utf-8", errors="replace")
-    if len(text) <= max_chars and len(head) == size:
-        return text, False
-    kept = text[:max_chars]
-    return f"{kept}\n[... output truncated: {size} bytes in total]", True
