@@ -642,7 +642,7 @@ def test_verified_lessons_scores_every_compile_seed_against_the_same_references(
     # The oracle shows each ticket the rule that decides it: the system prompt of its call names that rule's lesson.
     from tfgrpo_dspy.kits.tickets.rules import RULES_BY_NAME
 
-    _, _, heldout = bench.tickets_data(6)
+    _, _, heldout = splits.demo_tickets(6)
     oracle_calls = [c for c in lm.engine.calls if heldout[0].ticket in str(c.inputs.get("ticket", ""))
                     and RULES_BY_NAME[heldout[0].rule].lesson in c.system]
     assert oracle_calls
@@ -663,7 +663,7 @@ def test_verified_lessons_compares_each_learned_library_with_the_answer_its_fixe
     from tfgrpo_dspy.inference.majority import constant_scores
 
     bench = load_script("verified_lessons")
-    trainset, _, heldout = bench.tickets_data(12)
+    trainset, _, heldout = splits.demo_tickets(12)
     fixed = [i for i, e in enumerate(trainset) if e.queue == "self-service"][:2]
     other = next(i for i, e in enumerate(trainset) if e.queue != "self-service")
     check = {"origin": "induction", "breaks": [], "reason": "r"}
