@@ -3,6 +3,7 @@
     presets      the methods and each preset's sizes, decoding and budgets (`Budget`)
     data         each task's split, program and metric (`Split`)
     metering     usage per role, counted in the engine (`MeteredEngine`, `Roles`)
+    compile_details  what a compile produced besides its program (`CompileDetails`, `TfgrpoRun`, `HeldOutCheck`)
     records      the typed records between stages and in the run directory (`SeedRun`, `MethodResult`)
     methods      one compile function per optimizer (`COMPILERS`)
     evaluate     the held-out evaluation, its repeat, the prompt tokens a program adds
