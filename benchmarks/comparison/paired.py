@@ -59,3 +59,12 @@ def verdict_table(comparisons: Sequence[Mapping[str, Any]]) -> list[str]:
     """The markdown table of the paired comparisons, one verdict a row ("other vs base")."""
     return ["| comparison | Δ [95% CI], won / lost, exact sign test |", "|---|---|",
             *[f"| {c['other']} vs {c['base']} | {c['verdict']} |" for c in comparisons]]
+
+
+def paired_cell(comparison: Mapping[str, Any] | None) -> str:
+    """One comparison in one cell: "+x [low, high] won/lost p=... (n.s.)", or "-" when there is none."""
+    if comparison is None:
+        return "-"
+    mark = "" if comparison["significant"] else " (n.s.)"
+    return (f"{100 * comparison['delta']:+.1f} [{100 * comparison['ci_low']:+.1f}, {100 * comparison['ci_high']:+.1f}]"
+            f" {comparison['wins']}/{comparison['losses']} p={comparison['p_value']:.3f}{mark}")
