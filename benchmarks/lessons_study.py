@@ -265,7 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--conditions: {name!r} names library {library!r}; use tips (gsm8k), rules (tickets) "
                          "or placebo")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logger.setLevel(logging.INFO)
+    for name in (logger.name, "comparison.chunked"):  # this study's progress, and its conditions' chunks
+        logging.getLogger(name).setLevel(logging.INFO)
     from tfgrpo_dspy.lm import make_lm
 
     # Every condition is computed, never read from DSPy's cache (it would hide the flip rate of a repeat).

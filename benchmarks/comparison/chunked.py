@@ -1,9 +1,14 @@
-"""A greedy evaluation saved chunk by chunk: resumed after its last saved chunk, refused when made otherwise.
+"""Evaluations saved chunk by chunk, so that a rerun resumes after the last saved chunk.
 
-The record (lessons_study's layout, ``<name>.json``): scores and answers in row order, program and metric
-errors, prompt and completion tokens, seconds, the load average at the end, and ``made_with``: the settings its
-scores depend on besides the program. While unfinished it is ``<name>.partial.json``, rewritten after every
+`evaluate_in_chunks`: one program greedy on a study's rows, refused when made otherwise. The record
+(lessons_study's layout, ``<name>.json``): scores and answers in row order, program and metric errors, prompt and
+completion tokens, seconds, the load average at the end, and ``made_with``: the settings its scores depend on
+besides the program. While unfinished it is ``<name>.partial.json``, rewritten after every
 chunk, so an evaluation of more than an hour on a slow machine can be run in pieces.
+
+`rotating_chunks`: several runs (engine settings, repeats) on the same rows, the runs' order rotating from chunk to
+chunk so that drift in the machine's speed falls on all of them alike; one file maps ``"<run>/<chunk number>"``
+to what that run measured on that chunk (call_costs' layout).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +25,9 @@ from typing import Any
 import dspy
 
 from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k
-from tfgrpo_dspy.library.jsonio import write_json_atomic
+from tfgrpo_dspy.library.jsonio import read_json, write_json_atomic
 
-logger = logging.getLogger("lessons_study")
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -93,3 +98,21 @@ def evaluate_in_chunks(path: Path, name: str, make_program: Callable[[], dspy.Mo
 def finished_names(folder: Path) -> list[str]:
     """The names of the finished records in ``folder`` (not the partial ones), in no particular order."""
     return [path.stem for path in folder.glob("*.json") if not path.name.endswith(".partial.json")]
+
+
+def rotating_chunks(path: Path, name: str, runs: Sequence[str], examples: list[dspy.Example], chunk: int,
+                    evaluate: Callable[[str, list[dspy.Example]], dict[str, Any]]) -> dict[str, Any]:
+    """``evaluate(run, rows)`` for every run on every ``chunk`` rows of ``examples``, rotating the runs' order; what
+    each returns is saved at ``path`` under ``"<run>/<number>"`` at once, and a key already there is skipped."""
+    done = read_json(path) if path.exists() else {}
+    chunks = [examples[i : i + chunk] for i in range(0, len(examples), chunk)]
+    for number, rows in enumerate(chunks):
+        for shift in range(len(runs)):
+            run = runs[(number + shift) % len(runs)]
+            key = f"{run}/{number}"
+            if key in done:
+                continue
+            done[key] = evaluate(run, rows)
+            write_json_atomic(path, done)
+            logger.info("%s %s chunk %d/%d: %.1f s", name, run, number + 1, len(chunks), done[key]["seconds"])
+    return done
