@@ -35,7 +35,6 @@ import argparse
 import logging
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -44,7 +43,14 @@ from pathlib import Path
 from typing import Any
 
 import dspy
-from provenance import git_revision
+
+# Run as a script, this folder is on sys.path already; loaded by path (the tests), it may not be.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from comparison.chunked import rotating_chunks  # noqa: E402
+from comparison.server_timings import ServerCall, Setting, calibrate, kind_row, timed_calls  # noqa: E402
+from comparison.study import RESULTS, load_average, write_study  # noqa: E402
+from provenance import git_revision  # noqa: E402
 
 from tfgrpo_dspy.inference.evaluation import evaluate_at_k
 from tfgrpo_dspy.inference.rollouts import GroupOutcome, run_rollout
@@ -57,76 +63,16 @@ from tfgrpo_dspy.kits.tickets.task import make_program
 from tfgrpo_dspy.kits.wordproblems import numeric_match
 from tfgrpo_dspy.library.jsonio import read_json, write_json_atomic
 from tfgrpo_dspy.library.library import ExperienceLibrary
-from tfgrpo_dspy.lm import LlamaCppEngine
 from tfgrpo_dspy.lm.factory import CHAT_ADAPTER_END_MARKER, CHAT_ADAPTER_STOP
-from tfgrpo_dspy.lm.server import ServerRegistry, start_llama_server
 from tfgrpo_dspy.reflection.induction import Failure, InductionSet, format_failures
 from tfgrpo_dspy.reflection.reflection import Reflector
 
 logger = logging.getLogger(__name__)
 
-RESULTS = Path(__file__).parent / "results"
 # The engine options and the stop string of each setting.
 SETTINGS = {"whole prompt": ({"greedy_prefix_reuse": False, "prefill_output_header": False}, CHAT_ADAPTER_END_MARKER),
             "prefix reuse": ({"greedy_prefix_reuse": True, "prefill_output_header": True}, CHAT_ADAPTER_STOP)}
 SEED = 7  # tickets, GSM8K and Banking77 rows for timing only: no figure here chooses a default or reports accuracy
-
-
-@dataclass(frozen=True)
-class ServerCall:
-    """One request as llama.cpp served it."""
-
-    setting: str
-    kind: str
-    reset: bool  # a prefix reset of the prefix-reuse protocol, not a call of the program
-    prompt_tokens: int
-    cached_tokens: int
-    evaluated_tokens: int
-    decoded_tokens: int
-    prompt_ms: float
-    decode_ms: float
-    wall_s: float
-
-
-class RecordingServer:
-    """Passes requests to a llama.cpp server and records llama.cpp's timings of each, under the current kind."""
-
-    def __init__(self, server: Any, owner: Setting, calls: list[ServerCall]):
-        self.server, self.owner, self.calls = server, owner, calls
-        self._lock = threading.Lock()
-
-    def handle_chat_completions(self, request: dict[str, Any]) -> dict[str, Any]:
-        started = time.perf_counter()
-        answer = self.server.handle_chat_completions(request)
-        timings, usage = answer.get("timings") or {}, answer.get("usage") or {}
-        call = ServerCall(self.owner.name, self.owner.kind, request.get("max_tokens") == 0,
-                          usage.get("prompt_tokens", 0), timings.get("cache_n", 0), timings.get("prompt_n", 0),
-                          timings.get("predicted_n", 0), timings.get("prompt_ms", 0.0),
-                          timings.get("predicted_ms", 0.0), time.perf_counter() - started)
-        with self._lock:
-            self.calls.append(call)
-        return answer
-
-
-class Setting:
-    """One engine setting: its LM, and the recorders of the servers it started."""
-
-    def __init__(self, name: str, calls: list[ServerCall], max_tokens: int):
-        self.name = name
-        self.kind = "calibration"  # what the calls now being made are, for the records
-        self.registry = ServerRegistry(factory=lambda s: RecordingServer(start_llama_server(s), self, calls))
-        options, stop = SETTINGS[name]
-        self.engine = LlamaCppEngine(registry=self.registry, **options)
-        self.lm = dspy.LM(f"local/{self.engine.settings.model}", engine=self.engine, temperature=0.0,
-                          max_tokens=max_tokens, stop=[stop], cache=False)
-
-    def label(self, kind: str) -> None:
-        self.kind = kind
-
-
-def calibrate(setting: Setting) -> dict[str, float]:
-    """The machine's prompt-eval and decode rates now (`LlamaCppEngine.measure_speed`)."""
-    return asdict(setting.engine.measure_speed())
 
 
 # -- the call kinds ------------------------------------------------------------------------------------
@@ -141,20 +87,6 @@ def banking77_queries(path: str, n: int) -> list[dspy.Example]:
 def gsm8k_problems(path: str, n: int) -> list[dspy.Example]:
     rows = gsm8k_splits(path, seed=SEED, sizes={"test": n})["test"]
     return [dspy.Example(question=r.problem, answer=r.answer).with_inputs("question") for r in rows]
-
-
-def timed_calls(setting: Setting, kind: str, items: list, call: Callable[[Any], Any]) -> list[float]:
-    """``call`` on each item, one at a time (each call's own cost, no waiting for the slot); the first call warms
-    the prefix (evaluated from scratch once) and is recorded apart."""
-    walls = []
-    for number, item in enumerate(items):
-        setting.label(kind if number else f"{kind} (warm-up)")
-        started = time.perf_counter()
-        with dspy.context(lm=setting.lm):
-            call(item)
-        if number:
-            walls.append(time.perf_counter() - started)
-    return walls
 
 
 def greedy_call(program: dspy.Module, metric: Callable) -> Callable[[dspy.Example], Any]:
@@ -215,24 +147,6 @@ def sampled_groups(setting: Setting, kind: str, examples: list[dspy.Example], gr
     return walls, groups
 
 
-def kind_row(kind: str, setting: str, walls: list[float], calls: list[ServerCall], rates: dict[str, float],
-             per: int = 1) -> dict[str, Any]:
-    """One table row: a call kind in one setting, per program call (``per`` server requests make one call)."""
-    mine = [c for c in calls if c.kind == kind and c.setting == setting]
-    real = [c for c in mine if not c.reset]
-    n = max(len(walls), 1)
-    evaluated, decoded = sum(c.evaluated_tokens for c in mine), sum(c.decoded_tokens for c in mine)
-    ideal = (evaluated / rates["prompt_tokens_per_s"] + decoded / rates["decode_tokens_per_s"]) / n
-    wall = sum(walls) / n
-    return {"kind": kind, "setting": setting, "calls": len(walls),
-            "prompt_tokens": round(sum(c.prompt_tokens for c in real) / n, 1),
-            "cached_tokens": round(sum(c.cached_tokens for c in real) / n, 1),
-            "evaluated_tokens": round(evaluated / n, 1), "decoded_tokens": round(decoded / n, 1),
-            "llama_prompt_s": round(sum(c.prompt_ms for c in mine) / 1000 / n, 3),
-            "llama_decode_s": round(sum(c.decode_ms for c in mine) / 1000 / n, 3),
-            "wall_s": round(wall, 3), "ideal_s": round(ideal, 3), "measured_over_ideal": round(wall / ideal, 2)}
-
-
 # -- held-out evaluation -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class EvalTask:
@@ -249,26 +163,19 @@ RUNS = ("whole prompt", "prefix reuse", "prefix reuse#2")
 
 def evaluate_chunks(task: EvalTask, settings: dict[str, Setting], store: Path) -> dict[str, Any]:
     """Every run on every chunk, the runs' order rotating from chunk to chunk; finished chunks are reused."""
-    path = store / f"{task.name}.json"
-    done = read_json(path) if path.exists() else {}
-    chunks = [task.examples[i : i + task.chunk] for i in range(0, len(task.examples), task.chunk)]
-    for number, chunk in enumerate(chunks):
-        for shift in range(len(RUNS)):
-            run = RUNS[(number + shift) % len(RUNS)]
-            key = f"{run}/{number}"
-            if key in done:
-                continue
-            setting = settings[run.split("#")[0]]
-            setting.label(f"eval {task.name}")
-            started = time.perf_counter()
-            report = evaluate_at_k(task.program(), chunk, task.metric, k=1, temperature=0.0, num_threads=4,
-                                   lm=setting.lm, answer_field=task.answer_field, progress=False)
-            done[key] = {"seconds": time.perf_counter() - started,
-                         "answers": [s.answer for e in report.examples for s in e.samples],
-                         "scores": [e.mean_score for e in report.examples]}
-            write_json_atomic(path, done)
-            logger.info("%s %s chunk %d/%d: %.1f s", task.name, run, number + 1, len(chunks), done[key]["seconds"])
-    return summarize_eval(task, done, len(chunks))
+
+    def evaluate(run: str, chunk: list[dspy.Example]) -> dict[str, Any]:
+        setting = settings[run.split("#")[0]]
+        setting.label(f"eval {task.name}")
+        started = time.perf_counter()
+        report = evaluate_at_k(task.program(), chunk, task.metric, k=1, temperature=0.0, num_threads=4,
+                               lm=setting.lm, answer_field=task.answer_field, progress=False)
+        return {"seconds": time.perf_counter() - started,
+                "answers": [s.answer for e in report.examples for s in e.samples],
+                "scores": [e.mean_score for e in report.examples]}
+
+    done = rotating_chunks(store / f"{task.name}.json", task.name, RUNS, task.examples, task.chunk, evaluate)
+    return summarize_eval(task, done, -(-len(task.examples) // task.chunk))
 
 
 def summarize_eval(task: EvalTask, done: dict[str, Any], chunks: int) -> dict[str, Any]:
@@ -363,10 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     store = RESULTS / f"{args.stem}.runs"
     store.mkdir(parents=True, exist_ok=True)
     setup = {"date": time.strftime("%Y-%m-%d"), "commit": git_revision(), "cpu_count": os.cpu_count(),
-             "load_average_at_start": [round(x, 2) for x in os.getloadavg()], "argv": sys.argv[1:],
+             "load_average_at_start": load_average(), "argv": sys.argv[1:],
              "seed": SEED, "settings": {name: {**options, "stop": stop} for name, (options, stop) in SETTINGS.items()}}
     calls: list[ServerCall] = []
-    settings = {name: Setting(name, calls, max_tokens=384) for name in SETTINGS}
+    settings = {name: Setting(name, options, stop, calls, max_tokens=384) for name, (options, stop) in SETTINGS.items()}
     rates = calibrate(settings["whole prompt"])
     logger.info("machine rates now: %s", rates)
     gsm8k = gsm8k_problems(args.gsm8k, args.gsm8k_n) if args.gsm8k else None
@@ -387,13 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     if banking77:
         tasks.append(EvalTask("banking77", banking77, banking77_program, intent_match, "intent", 10))
     evaluations = [evaluate_chunks(task, settings, store) for task in tasks]
-    setup["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    setup["load_average_at_end"] = load_average()
     report = {"setup": setup, "rates_at_start": kinds["rates"], "rates_now": rates, "kinds": kinds["rows"],
               "evaluations": evaluations}
-    write_json_atomic(RESULTS / f"{args.stem}.json", report)
-    (RESULTS / f"{args.stem}.md").write_text(markdown(report))
-    print((RESULTS / f"{args.stem}.md").read_text())
-    return 0
+    return write_study(RESULTS / f"{args.stem}.json", report, markdown(report))
 
 
 

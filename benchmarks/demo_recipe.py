@@ -33,11 +33,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import shutil
 import sys
-import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -45,29 +42,21 @@ import dspy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from provenance import git_revision  # noqa: E402
-from verified_lessons import (  # noqa: E402
-    RESULTS,
-    TICKETS_RECIPE,
-    _records,
-    _summary,
-    compile_lines,
-    compile_record,
-    evaluate,
-    tickets_data,
-    write_report,
-)
+from comparison.data import DEVELOPMENT_SEED, HELD_OUT_SEED, demo_tickets, held_out_tickets  # noqa: E402
+from comparison.evaluate import evaluate_greedy  # noqa: E402
+from comparison.paired import accuracy_table, paired_summary, problem_records, verdict_table  # noqa: E402
+from comparison.study import NOT_MEASURED, RESULTS, load_average, setup_sentence, study_setup, write_study  # noqa: E402
+from comparison.verified_compiles import TICKETS_RECIPE, compile_lines, compile_record  # noqa: E402
 
 from tfgrpo_dspy.demo import demo_optimizer, machine_speed
-from tfgrpo_dspy.kits.tickets.generator import generate_tickets
 from tfgrpo_dspy.kits.tickets.task import TICKETS
 from tfgrpo_dspy.lm import make_lm
 from tfgrpo_dspy.stats import compare_paired
 
 logger = logging.getLogger(__name__)
 
-DEV_SEED, DEV_N = 2000, 200
-HELDOUT_SEED, HELDOUT_N = 1000, 300
+DEV_SEED, DEV_N = DEVELOPMENT_SEED, 200
+HELDOUT_SEED, HELDOUT_N = HELD_OUT_SEED, 300
 LARGER = "larger (3 draws, batch 12, by lesson)"
 ROUTED = "routed (3 draws, batch 12, by example)"
 SMALLER = "smaller (2 draws, batch 6, by example)"
@@ -129,12 +118,12 @@ def pooled(records: dict[str, list[dict[str, Any]]], base: str, other: str, seed
 
 def score_development(programs: dict[str, dspy.Module], seeds: int, store: Path, lm: dspy.LM) -> dict[str, Any]:
     metric = TICKETS.make_metric(None)
-    examples = generate_tickets(DEV_N, DEV_SEED, split="heldout")
-    records = _records({name: evaluate(name, program, examples, metric, store / "development", lm, "queue")
-                        for name, program in programs.items()})
+    examples = held_out_tickets(DEV_N, DEV_SEED)
+    records = problem_records({name: evaluate_greedy(name, program, examples, metric, store / "development", lm,
+                                                     "queue") for name, program in programs.items()})
     pairs = [("none", program_name(recipe, seed)) for seed in range(seeds) for recipe in RECIPES]
     pairs += [(program_name(LARGER, seed), program_name(recipe, seed)) for seed in range(seeds) for recipe in CHEAPER]
-    summary = _summary(records, pairs)
+    summary = paired_summary(records, pairs)
     return {"set": "development", "description": f"{DEV_N} tickets of the held-out split, seed {DEV_SEED} (chooses "
             "the recipe)", **summary, "pooled": [pooled(records, LARGER, recipe, seeds) for recipe in CHEAPER]}
 
@@ -149,22 +138,22 @@ def not_worse(development: dict[str, Any]) -> list[str]:
 def score_held_out(programs: dict[str, dspy.Module], store: Path, lm: dspy.LM) -> dict[str, Any]:
     """Each recipe's compile seed 0 and no lesson on the held-out tickets: reported, never used to choose."""
     metric = TICKETS.make_metric(None)
-    examples = generate_tickets(HELDOUT_N, HELDOUT_SEED, split="heldout")
+    examples = held_out_tickets(HELDOUT_N, HELDOUT_SEED)
     names = [program_name(recipe, 0) for recipe in RECIPES]
-    reports = {"none": evaluate("none", TICKETS.make_program(), examples, metric, store / "held-out", lm, "queue")}
-    reports.update({name: evaluate(name, programs[name], examples, metric, store / "held-out", lm, "queue")
+    reports = {"none": evaluate_greedy("none", TICKETS.make_program(), examples, metric, store / "held-out", lm,
+                                       "queue")}
+    reports.update({name: evaluate_greedy(name, programs[name], examples, metric, store / "held-out", lm, "queue")
                     for name in names})
     pairs = [("none", name) for name in names] + [(names[0], name) for name in names[1:]]
     return {"set": "held-out", "description": f"{HELDOUT_N} tickets of the held-out split, seed {HELDOUT_SEED} "
-            "(reported, never used to choose)", **_summary(_records(reports), pairs)}
+            "(reported, never used to choose)", **paired_summary(problem_records(reports), pairs)}
 
 
 def markdown(report: dict[str, Any]) -> str:
     setup = report["setup"]
     lines = ["# The demo's compile recipe: fewer draws, a smaller verification batch, routed by example (tickets, "
              "embedded model)", "",
-             f"Commit {setup['commit']}, {setup['date']}; machine at the start: {setup['speed']}; load average "
-             f"{setup['load_average_at_start']} at the start, {setup.get('load_average_at_end')} at the end. "
+             setup_sentence(setup) + ". "
              "Training: tickets train split seed 0 (24 train, 16 selection), the demo's compile with each recipe.", "",
              "## What each compile spent (its own run log; the larger recipe's ran on earlier days)", "",
              "| compile | minutes of steps | rollouts | reflection | verification | selection |",
@@ -175,10 +164,8 @@ def markdown(report: dict[str, Any]) -> str:
                  for p in ("rollouts", "reflection", "verification", "selection")]
         lines.append(f"| {name} | {spent['minutes']} | " + " | ".join(cells) + " |")
     for part in report["sets"]:
-        lines += ["", f"## {part['set']}: {part['description']}", "", "| program | accuracy |", "|---|---|"]
-        lines += [f"| {name} | {100 * value:.1f}% |" for name, value in part["accuracy"].items()]
-        lines += ["", "| comparison | Δ [95% CI], won / lost, exact sign test |", "|---|---|"]
-        lines += [f"| {c['other']} vs {c['base']} | {c['verdict']} |" for c in part["comparisons"]]
+        lines += ["", f"## {part['set']}: {part['description']}", "", *accuracy_table(part["accuracy"]), "",
+                  *verdict_table(part["comparisons"])]
         for p in part.get("pooled", []):
             lines.append(f"| {p['other']} vs {p['base']}, pooled over {p['seeds']} compile seeds | {p['verdict']} |")
         if part.get("pooled"):
@@ -204,12 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     reuse_earlier(store, args.compile_seeds)
     lm = make_lm(args.lm, max_tokens=512)
     dspy.configure(lm=lm)
-    speed = machine_speed(lm)
-    setup = {"commit": git_revision(), "date": time.strftime("%Y-%m-%d"), "argv": sys.argv[1:],
-             "speed": str(speed) if speed else "not measured (not the embedded model)",
-             "speed_at_start": asdict(speed) if speed else None,
-             "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
-    trainset, selection, _ = tickets_data(1)
+    setup = study_setup(machine_speed(lm), unmeasured=NOT_MEASURED)
+    trainset, selection, _ = demo_tickets(1)
     programs: dict[str, dspy.Module] = {"none": TICKETS.make_program()}
     compiles: dict[str, dict[str, Any]] = {}
     # Seed by seed, the smaller recipe first: a stopped run has the first pair to compare.
@@ -223,11 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     sets = [development]
     if args.held_out:
         sets.append(score_held_out(programs, store, lm))
-    setup["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    return write_report(RESULTS / f"{args.stem}.json",
-                        {"setup": setup, "recipes": RECIPES, "not_worse": not_worse(development), "compiles": compiles,
-                         "sets": sets},
-                        markdown)
+    setup["load_average_at_end"] = load_average()
+    report = {"setup": setup, "recipes": RECIPES, "not_worse": not_worse(development), "compiles": compiles,
+              "sets": sets}
+    return write_study(RESULTS / f"{args.stem}.json", report, markdown(report))
 
 
 if __name__ == "__main__":

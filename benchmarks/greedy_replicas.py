@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from comparison.study import RESULTS  # noqa: E402
 from provenance import git_revision  # noqa: E402
-from verified_lessons import RESULTS  # noqa: E402
 
 from tfgrpo_dspy.demo import machine_speed  # noqa: E402
 from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k  # noqa: E402

@@ -36,18 +36,22 @@ import logging
 import os
 import re
 import sys
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import dspy
-from provenance import git_revision
+
+# Run as a script, this folder is on sys.path already; loaded by path (the tests), it may not be.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from comparison.chunked import MadeWith, evaluate_in_chunks, finished_names  # noqa: E402
+from comparison.paired import paired_cell  # noqa: E402
+from comparison.plot import write_conditions_plot  # noqa: E402
+from provenance import git_revision  # noqa: E402
 
 from tfgrpo_dspy import ExperienceLibrary, with_experiences
-from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k
-from tfgrpo_dspy.library.jsonio import write_json_atomic
 from tfgrpo_dspy.stats import compare_paired
 
 logger = logging.getLogger("lessons_study")
@@ -160,72 +164,13 @@ class Condition:
                                 top_k=self.top_k)
 
 
-@dataclass(frozen=True)
-class MadeWith:
-    """What a condition's scores depend on besides the condition: a saved record is reused only if they match."""
-
-    n: int
-    seed: int
-    lm: str
-    max_tokens: int
-    decoding: str  # greedy on the one-slot repeatable server, or on the batched server with its prompt cache
-
-    def check(self, record: dict[str, Any], path: Path) -> dict[str, Any]:
-        """``record`` when it was made with these settings; otherwise an error that names what differs."""
-        saved = record.get("made_with")
-        if not isinstance(saved, dict):
-            raise ValueError(f"{path} does not say what it was made with (it predates records that name their n, "
-                             "seed, LM, max_tokens and decoding), so it cannot be paired safely: pass another "
-                             f"--runs, or add \"made_with\": {json.dumps(asdict(self))} to it if it was made so")
-        differing = [f"{key} {saved.get(key)!r} (now {value!r})" for key, value in asdict(self).items()
-                     if saved.get(key) != value]
-        if differing:
-            raise ValueError(f"{path} was made with another {', '.join(differing)}: its problems or decoding differ "
-                             "from this run's; pass another --runs, or the settings it was made with")
-        return record
-
-
-def run_condition(task: StudyTask, condition: Condition, lm: dspy.LM, runs: Path, threads: int, made_with: MadeWith,
-                  *, chunk: int = 10) -> dict[str, Any]:
-    """Score one condition (or read it back from ``runs``): per-problem scores and answers.
-
-    Problems are scored ``chunk`` at a time and each finished chunk is appended to
-    ``<condition>.partial.json``, so an interrupted condition resumes where it stopped instead of
-    starting over (a GSM8K condition is over an hour on a slow 2-core machine). A saved record or
-    partial record is reused only if it was made with ``made_with``.
-    """
-    path = runs / task.name / f"{condition.name}.json"
-    if path.exists():
-        return made_with.check(json.loads(path.read_text()), path)
-    partial_path = path.with_suffix(".partial.json")
-    record = made_with.check(json.loads(partial_path.read_text()), partial_path) if partial_path.exists() else {
-        "condition": condition.name, "made_with": asdict(made_with), "scores": [], "answers": [], "errors": 0,
-        "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0}
-    done, total = len(record["scores"]), len(task.examples)
-    logger.info("%s: %s on %d problems%s ...", task.name, condition.name, total,
-                f" (resuming after {done})" if done else "")
-    program = condition.program(task)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for start in range(done, total, chunk):
-        started = time.perf_counter()
-        report: EvalReport = evaluate_at_k(program, task.examples[start : start + chunk], task.metric, k=1,
-                                           temperature=0.0, num_threads=threads, lm=lm,
-                                           answer_field=task.answer_field, progress=False, rollout_id_offset=start)
-        record["scores"] += [e.samples[0].score for e in report.examples]
-        record["answers"] += [e.samples[0].answer for e in report.examples]
-        record["errors"] += report.program_errors + report.metric_errors
-        record["prompt_tokens"] += report.usage.prompt_tokens
-        record["completion_tokens"] += report.usage.completion_tokens
-        record["seconds"] = round(record["seconds"] + time.perf_counter() - started, 1)
-        write_json_atomic(partial_path, record)
-        logger.info("%s: %s %d/%d problems, %.3f so far, %.0f s", task.name, condition.name,
-                    len(record["scores"]), total, sum(record["scores"]) / len(record["scores"]), record["seconds"])
-    record["load_average"] = os.getloadavg()[0]
-    write_json_atomic(path, record)
-    partial_path.unlink(missing_ok=True)
-    logger.info("%s: %s -> %.3f in %.0f s", task.name, condition.name, sum(record["scores"]) / total,
-                record["seconds"])
-    return record
+def run_condition(task: StudyTask, condition: Condition, lm: dspy.LM, runs: Path, threads: int, made_with: MadeWith
+                  ) -> dict[str, Any]:
+    """Score one condition (or read it back from ``runs / task / condition.json``): per-problem scores and answers,
+    saved every 10 problems (`comparison.chunked`)."""
+    return evaluate_in_chunks(runs / task.name / f"{condition.name}.json", f"{task.name}: {condition.name}",
+                              lambda: condition.program(task), task.examples, task.metric, task.answer_field, lm,
+                              threads, made_with)
 
 
 def summarize(task: StudyTask, records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -259,18 +204,10 @@ def _matching_placebo(condition: Condition, records: dict[str, dict[str, Any]]) 
     return None
 
 
-def _cell(comparison: dict[str, Any] | None) -> str:
-    if comparison is None:
-        return "-"
-    mark = "" if comparison["significant"] else " (n.s.)"
-    return (f"{100 * comparison['delta']:+.1f} [{100 * comparison['ci_low']:+.1f}, {100 * comparison['ci_high']:+.1f}]"
-            f" {comparison['wins']}/{comparison['losses']} p={comparison['p_value']:.3f}{mark}")
-
-
 def _placebo_cell(row: dict[str, Any]) -> str:
     if "vs_placebo" not in row:
         return "-"
-    return f"{_cell(row['vs_placebo'])} ({row['placebo']})"
+    return f"{paired_cell(row['vs_placebo'])} ({row['placebo']})"
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -288,37 +225,11 @@ def markdown(report: dict[str, Any]) -> str:
                   "|---|---|---|---|---|---|"]
         for row in task["rows"]:
             extra = f" ({row['flips_vs_none']} answers differ from the first run)" if "flips_vs_none" in row else ""
-            lines.append(f"| {row['condition']}{extra} | {100 * row['accuracy']:.1f}% | {_cell(row.get('vs_none'))} "
-                         f"| {_placebo_cell(row)} | {row['seconds']:.0f} | {row['tokens_per_call']} |")
+            lines.append(f"| {row['condition']}{extra} | {100 * row['accuracy']:.1f}% | "
+                         f"{paired_cell(row.get('vs_none'))} | {_placebo_cell(row)} | {row['seconds']:.0f} | "
+                         f"{row['tokens_per_call']} |")
         lines.append("")
     return "\n".join(lines)
-
-
-def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tasks = report["tasks"]
-    fig, axes = plt.subplots(1, len(tasks), figsize=(7 * len(tasks), 4.8), squeeze=False)
-    for axis, task in zip(axes[0], tasks, strict=True):
-        rows = [r for r in task["rows"] if "vs_none" in r]
-        for y, row in enumerate(rows):
-            c = row["vs_none"]
-            color = "tab:gray" if row["condition"].startswith(("placebo", "none")) else "tab:blue"
-            axis.errorbar(100 * c["delta"], y, xerr=[[100 * (c["delta"] - c["ci_low"])],
-                                                     [100 * (c["ci_high"] - c["delta"])]],
-                          fmt="o", color=color, capsize=3)
-        axis.axvline(0, color="black", linewidth=0.8)
-        axis.set_yticks(range(len(rows)), [r["condition"] for r in rows], fontsize=8)
-        axis.set_xlabel("accuracy change vs none (points, paired 95% CI)")
-        axis.set_title(f"{task['name']} ({task['kind']}, {task['n']} problems)", fontsize=10)
-        axis.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -354,7 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--conditions: {name!r} names library {library!r}; use tips (gsm8k), rules (tickets) "
                          "or placebo")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logger.setLevel(logging.INFO)
+    for name in (logger.name, "comparison.chunked"):  # this study's progress, and its conditions' chunks
+        logging.getLogger(name).setLevel(logging.INFO)
     from tfgrpo_dspy.lm import make_lm
 
     # Every condition is computed, never read from DSPy's cache (it would hide the flip rate of a repeat).
@@ -376,8 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The table keeps every condition already finished for this task, and lists them all in the grid's
         # order (file times are no guide: a checkout gives every record the same one), then the rest by name.
         grid = DEFAULT_GRID[task.name]
-        finished = [path.stem for path in (args.runs / task.name).glob("*.json")
-                    if not path.name.endswith(".partial.json")]
+        finished = finished_names(args.runs / task.name)
         # Conditions run in the order asked (the first ones matter most when time is short).
         made_with = MadeWith(n=len(task.examples), seed=args.seed, lm=args.lm, max_tokens=args.max_tokens,
                              decoding=report["greedy_server"])
@@ -391,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / "lessons_study.json").write_text(json.dumps(report, indent=2))
     (args.out_dir / "lessons_study.md").write_text(markdown(report))
-    plot(report, args.out_dir / "lessons_study.png")
+    write_conditions_plot(report, args.out_dir / "lessons_study.png")
     print(markdown(report))
     return 0
 

@@ -24,12 +24,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import shutil
 import sys
-import time
 from collections import Counter
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -37,31 +34,29 @@ import dspy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lesson_routing import shift_constant  # noqa: E402
-from provenance import git_revision  # noqa: E402
-from verified_lessons import (  # noqa: E402
-    RESULTS,
-    TICKETS_RECIPE,
-    _records,
-    _summary,
-    compile_lines,
-    compile_record,
-    evaluate,
-    tickets_data,
-    write_report,
+from comparison.data import DEVELOPMENT_SEED, HELD_OUT_SEED, demo_tickets, held_out_tickets  # noqa: E402
+from comparison.evaluate import evaluate_greedy  # noqa: E402
+from comparison.paired import (  # noqa: E402
+    accuracy_table,
+    constant_records,
+    paired_summary,
+    present,
+    problem_records,
+    verdict_table,
 )
+from comparison.routing import shift_constant  # noqa: E402
+from comparison.study import NOT_MEASURED, RESULTS, load_average, setup_sentence, study_setup, write_study  # noqa: E402
+from comparison.verified_compiles import TICKETS_RECIPE, compile_lines, compile_record  # noqa: E402
 
 from tfgrpo_dspy import library_of
 from tfgrpo_dspy.demo import demo_optimizer, machine_speed
 from tfgrpo_dspy.inference.injection import route_text, shown_lessons
-from tfgrpo_dspy.inference.majority import constant_scores
-from tfgrpo_dspy.kits.tickets.generator import generate_tickets
 from tfgrpo_dspy.kits.tickets.task import TICKETS
 from tfgrpo_dspy.lm import make_lm
 
 logger = logging.getLogger(__name__)
 
-DEV_SEED, DEV_N = 2000, 200
+DEV_SEED, DEV_N = DEVELOPMENT_SEED, 200
 HELDOUT_N = 300
 EARLIER = RESULTS / "verified_lessons.runs" / "tickets"  # verified_lessons.py's compile seed 0 and its answers
 LESSON, EXAMPLE = "learned (route_by=lesson)", "learned (route_by=example)"
@@ -88,15 +83,14 @@ def score_set(name: str, examples: list, programs: dict[str, dspy.Module], compi
     """Every program on ``examples``, the constant-answer references, the paired comparisons, and how many
     examples each compile's lessons reached."""
     metric = TICKETS.make_metric(None)
-    records = _records({program_name: evaluate(program_name, program, examples, metric, store / name, lm, "queue")
-                        for program_name, program in programs.items()})
+    records = problem_records({program_name: evaluate_greedy(program_name, program, examples, metric, store / name, lm,
+                                                             "queue") for program_name, program in programs.items()})
     constants = {learned: shift_constant(record, trainset, "queue") for learned, record in compiles.items()}
     for answer in dict.fromkeys(a for a in constants.values() if a):
-        records[f"always {answer}"] = [{"index": i, "score": score, "answer": answer} for i, score in
-                                       enumerate(constant_scores(examples, metric, "queue", answer))]
+        records[f"always {answer}"] = constant_records(examples, metric, "queue", answer)
     pairs = [("none", LESSON), ("none", EXAMPLE), (LESSON, EXAMPLE)]
     pairs += [(f"always {constants[learned]}", learned) for learned in compiles if constants[learned]]
-    summary = _summary(records, [(a, b) for a, b in pairs if a in records and b in records])
+    summary = paired_summary(records, present(pairs, records))
     summary["reached"] = {learned: reach(programs[learned], examples) for learned in compiles}
     return {"set": name, **summary}
 
@@ -115,14 +109,11 @@ def reach(program: dspy.Module, examples: list) -> dict[str, int]:
 def markdown(report: dict[str, Any]) -> str:
     setup = report["setup"]
     lines = ["# Lessons routed by example vs retrieved by their text (tickets, embedded model)", "",
-             f"Commit {setup['commit']}, {setup['date']}; machine at the start: {setup['speed']}; load average "
-             f"{setup['load_average_at_start']} at the start, {setup.get('load_average_at_end')} at the end. "
-             f"Training: tickets train split seed 0 (24 train, 16 selection), optimizer seed 0.", ""]
+             setup_sentence(setup) + ". Training: tickets train split seed 0 (24 train, 16 selection), optimizer "
+             "seed 0.", ""]
     for part in report["sets"]:
-        lines += [f"## {part['set']}: {part['description']}", "", "| program | accuracy |", "|---|---|"]
-        lines += [f"| {name} | {100 * value:.1f}% |" for name, value in part["accuracy"].items()]
-        lines += ["", "| comparison | Δ [95% CI], won / lost, exact sign test |", "|---|---|"]
-        lines += [f"| {c['other']} vs {c['base']} | {c['verdict']} |" for c in part["comparisons"]]
+        lines += [f"## {part['set']}: {part['description']}", "", *accuracy_table(part["accuracy"]), "",
+                  *verdict_table(part["comparisons"])]
         lines += ["", "Lessons shown: " + "; ".join(f"{name}: {counts}" for name, counts in part["reached"].items()),
                   ""]
     for name, record in report["compiles"].items():
@@ -145,12 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     reuse_earlier(store)
     lm = make_lm(args.lm, max_tokens=512)
     dspy.configure(lm=lm)
-    speed = machine_speed(lm)
-    setup = {"commit": git_revision(), "date": time.strftime("%Y-%m-%d"), "argv": sys.argv[1:],
-             "speed": str(speed) if speed else "not measured (not the embedded model)",
-             "speed_at_start": asdict(speed) if speed else None,
-             "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
-    trainset, selection, _ = tickets_data(1)
+    setup = study_setup(machine_speed(lm), unmeasured=NOT_MEASURED)
+    trainset, selection, _ = demo_tickets(1)
     compiled = {LESSON: compile_tickets("lesson", store / "lesson" / "log", trainset, selection),
                 EXAMPLE: compile_tickets("example", store / "example" / "log", trainset, selection)}
     compiles = {name: compile_record(program) for name, program in compiled.items()}
@@ -159,17 +146,17 @@ def main(argv: list[str] | None = None) -> int:
         compiles[name]["routes"] = dict(Counter(",".join(f"E{i}" for i in r.lessons) or "no lesson" for r in routes))
     programs = {"none": TICKETS.make_program(), **compiled}
     sets = {"development": (f"{DEV_N} tickets of the held-out split, seed {DEV_SEED} (chooses the default)",
-                            generate_tickets(DEV_N, DEV_SEED, split="heldout")),
-            "held-out": (f"{HELDOUT_N} tickets of the held-out split, seed 1000 (reported, never used to choose)",
-                         generate_tickets(HELDOUT_N, 1000, split="heldout"))}
+                            held_out_tickets(DEV_N, DEV_SEED)),
+            "held-out": (f"{HELDOUT_N} tickets of the held-out split, seed {HELD_OUT_SEED} (reported, never used to "
+                         "choose)", held_out_tickets(HELDOUT_N, HELD_OUT_SEED))}
     parts = []
     for name in args.sets:
         description, examples = sets[name]
         parts.append({**score_set(name, examples, programs, compiles, trainset, store, lm),
                       "description": description})
-    setup["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    return write_report(RESULTS / f"{args.stem}.json", {"setup": setup, "compiles": compiles, "sets": parts},
-                        markdown)
+    setup["load_average_at_end"] = load_average()
+    report = {"setup": setup, "compiles": compiles, "sets": parts}
+    return write_study(RESULTS / f"{args.stem}.json", report, markdown(report))
 
 
 if __name__ == "__main__":

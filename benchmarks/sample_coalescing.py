@@ -38,8 +38,8 @@ import dspy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from comparison.study import RESULTS  # noqa: E402
 from provenance import git_revision  # noqa: E402
-from verified_lessons import RESULTS  # noqa: E402
 
 from tfgrpo_dspy.demo import machine_speed
 from tfgrpo_dspy.kits.tickets.generator import generate_tickets

@@ -42,12 +42,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
-import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -56,44 +52,33 @@ import dspy
 # Run as a script, this folder is on sys.path already; loaded by path (the tests), it may not be.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lesson_routing import (  # noqa: E402
-    NearestTraining,
-    RoutedLessons,
-    RoutedRules,
-    fixed_by,
-    shift_constant,
+from comparison.data import HELD_OUT_SEED, demo_tickets  # noqa: E402
+from comparison.evaluate import evaluate_greedy  # noqa: E402
+from comparison.paired import (  # noqa: E402
+    Records,
+    accuracy_table,
+    constant_records,
+    paired_summary,
+    present,
+    problem_records,
+    verdict_table,
 )
-from provenance import git_revision  # noqa: E402
+from comparison.routing import NearestTraining, RoutedLessons, RoutedRules, fixed_by, shift_constant  # noqa: E402
+from comparison.study import NOT_MEASURED, RESULTS, load_average, setup_sentence, study_setup, write_study  # noqa: E402
+from comparison.verified_compiles import TICKETS_RECIPE, compile_lines, compile_record  # noqa: E402
 
 from tfgrpo_dspy import ExperienceLibrary
 from tfgrpo_dspy.demo import demo_optimizer, machine_speed
-from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k
-from tfgrpo_dspy.inference.majority import constant_scores
-from tfgrpo_dspy.kits.tickets.generator import generate_tickets
 from tfgrpo_dspy.kits.tickets.rules import HOUSE_RULES, PLACEBO_LESSONS
 from tfgrpo_dspy.kits.tickets.task import TICKETS
-from tfgrpo_dspy.library.jsonio import read_json, write_json_atomic
+from tfgrpo_dspy.library.jsonio import read_json
 from tfgrpo_dspy.lm import make_lm
-from tfgrpo_dspy.stats import compare_paired
 
 logger = logging.getLogger(__name__)
 
-RESULTS = Path(__file__).parent / "results"
-HELDOUT_SEED = 1000  # tickets no default was chosen on (the seed-0 held-out tickets chose top_k)
 GSM8K_SIZES = {"train": 32, "selection": 20, "test": 100}
 GSM8K_SEED = 2026  # a split of its own: the lessons study and compare.py used seed 0
-# The demo's compile settings these results were measured with (its defaults until 2026-12-03): pinned, so a rerun
-# resumes the same compiles whatever the tickets defaults are now.
-TICKETS_RECIPE = {"num_candidates": 3, "verify_batch": 12, "route_by": "lesson"}
-
-
-def evaluate(name: str, program: dspy.Module, examples: list, metric, store: Path, lm: dspy.LM, answer_field: str,
-             library: ExperienceLibrary | None = None) -> EvalReport:
-    started = time.perf_counter()
-    report = evaluate_at_k(program, examples, metric, k=1, temperature=0.0, num_threads=4, lm=lm, library=library,
-                           top_k=1, answer_field=answer_field, checkpoint_dir=store / name)
-    logger.info("%s: %.1f%% (%.0f s)", name, 100 * report.mean_at_k, time.perf_counter() - started)
-    return report
+ROUTED = "learned (compile seed 0) @nearest-train"
 
 
 def control_lesson(trainset: list, answer_field: str) -> str:
@@ -102,38 +87,17 @@ def control_lesson(trainset: list, answer_field: str) -> str:
     return f"When unsure, answer {answer}."
 
 
-def compile_record(compiled: dspy.Module) -> dict[str, Any]:
-    """What the compile proposed, verified, accepted and shipped, with each candidate's verification record."""
-    result = compiled.tfgrpo_result
-    checks = []
-    if result.log_dir:
-        for path in sorted(Path(result.log_dir).glob("steps/*/checks/lessons.json")):
-            checks += read_json(path).get("checks", [])
-    steps = [s.to_dict() for s in result.steps]
-    # The run's own clock (a resumed compile's steps were timed when they ran): its steps and the starting
-    # library's selection score (outside the steps) are not all of it, but the calls are.
-    return {"shipped": result.shipped, "lessons": compiled.experience_library.texts,
-            "step_seconds": round(sum(s["wall_time_s"] for s in steps)),
-            "candidates_proposed": sum(s["lessons_proposed"] + s["induced_lessons"] for s in steps),
-            "candidates_checked": sum(s["lessons_checked"] for s in steps),
-            "candidates_verified": sum(s["lessons_verified"] for s in steps),
-            "gate": [{"label": c.label, "score": c.score, "accepted": c.accepted, "reason": c.reason}
-                     for c in result.candidates],
-            "checks": checks, "steps": steps, "usage": {role: result.to_dict()[f"{role}_usage"] for role in
-                                                         ("policy", "reflection", "verification", "selection")}}
-
-
 def run_tickets(lm: dspy.LM, n: int, store: Path, compile_seeds: int = 1) -> dict[str, Any]:
     """The demo's compile with optimizer seeds 0 .. compile_seeds-1 (same data: one compile is one sample of the
     method), each learned library and the reference programs on the same held-out tickets. Evaluations run in
     the order that answers the main question first (none, the first learned library), so a stopped run has it."""
     metric = TICKETS.make_metric(None)
-    trainset, selection, heldout = tickets_data(n)
+    trainset, selection, heldout = demo_tickets(n)
     evals = store / "tickets" / "eval"
     libraries = {"control": ExperienceLibrary.from_texts([control_lesson(trainset, "queue")]),
                  "rules@top1": ExperienceLibrary.from_texts([r.lesson for r in HOUSE_RULES]),
                  "placebo@top1": ExperienceLibrary.from_texts(list(PLACEBO_LESSONS))}
-    reports = {"none": evaluate("none", TICKETS.make_program(), heldout, metric, evals, lm, "queue")}
+    reports = {"none": evaluate_greedy("none", TICKETS.make_program(), heldout, metric, evals, lm, "queue")}
     compiles = []
     for seed in range(compile_seeds):
         compiled = demo_optimizer(TICKETS, metric, seed, store / "tickets" / f"seed{seed}" / "log",
@@ -141,43 +105,36 @@ def run_tickets(lm: dspy.LM, n: int, store: Path, compile_seeds: int = 1) -> dic
             TICKETS.make_program(), trainset=trainset, valset=selection)
         compiles.append({"seed": seed, **compile_record(compiled)})
         name = learned_name(seed)
-        reports[name] = evaluate(name, compiled, heldout, metric, evals, lm, "queue")
+        reports[name] = evaluate_greedy(name, compiled, heldout, metric, evals, lm, "queue")
         if seed == 0:
             for reference, library in libraries.items():
-                reports[reference] = evaluate(reference, TICKETS.make_program(), heldout, metric, evals, lm, "queue",
-                                              library)
+                reports[reference] = evaluate_greedy(reference, TICKETS.make_program(), heldout, metric, evals, lm,
+                                                     "queue", library)
     # Diagnostics of the ceiling, run last: the right rule shown (oracle), or the rule of the nearest training ticket.
     routes = {"rules@oracle": {e.ticket: e.rule for e in heldout}.__getitem__,
               "rules@nearest-train": NearestTraining(trainset + selection)}
     for name, route in routes.items():
-        reports[name] = evaluate(name, RoutedRules(route), heldout, metric, evals, lm, "queue")
+        reports[name] = evaluate_greedy(name, RoutedRules(route), heldout, metric, evals, lm, "queue")
     # The first compile's lessons routed by the training tickets their verification fixed (others: no lesson).
     first = compiles[0]
     routed = RoutedLessons(first["lessons"], NearestTraining(trainset, fixed_by(first, len(trainset))))
-    reports[ROUTED] = evaluate(ROUTED, routed, heldout, metric, evals, lm, "queue")
-    records = _records(reports)
+    reports[ROUTED] = evaluate_greedy(ROUTED, routed, heldout, metric, evals, lm, "queue")
+    records = problem_records(reports)
     return {"task": "tickets", "train": "train split seed 0 (24 train, 16 selection)",
-            "heldout": f"held-out split seed {HELDOUT_SEED}, {n} tickets", "compiles": compiles,
+            "heldout": f"held-out split seed {HELD_OUT_SEED}, {n} tickets", "compiles": compiles,
             "control_lesson": libraries["control"].texts[0], **tickets_summary(records, compiles, n)}
 
 
-def tickets_data(n: int) -> tuple[list, list, list]:
-    """The demo's training and selection tickets and ``n`` held-out tickets of the held-out seed."""
-    pool = generate_tickets(40, 0, split="train")
-    return pool[:24], pool[24:], generate_tickets(n, HELDOUT_SEED, split="heldout")
-
-
-def tickets_summary(records: dict[str, list[dict[str, Any]]], compiles: list[dict[str, Any]], n: int
+def tickets_summary(records: Records, compiles: list[dict[str, Any]], n: int
                     ) -> dict[str, Any]:
     """Accuracies and paired comparisons from per-problem records, with the constant-answer references of the
     learned libraries added (computed from the labels)."""
-    trainset, _, heldout = tickets_data(n)
+    trainset, _, heldout = demo_tickets(n)
     records = {name: rows for name, rows in records.items() if not name.startswith("always ")}
     learned = [learned_name(c["seed"]) for c in compiles if learned_name(c["seed"]) in records]
     constants = {c["seed"]: shift_constant(c, trainset, "queue") for c in compiles}
     for answer in dict.fromkeys(a for a in constants.values() if a):
-        records[f"always {answer}"] = [{"index": i, "score": score, "answer": answer} for i, score in
-                                       enumerate(constant_scores(heldout, TICKETS.make_metric(None), "queue", answer))]
+        records[f"always {answer}"] = constant_records(heldout, TICKETS.make_metric(None), "queue", answer)
     pairs = [("none", name) for name in learned]
     pairs += [("none", "control"), *[("control", name) for name in learned], ("none", "rules@top1"),
               ("none", "placebo@top1"), *[(name, "rules@top1") for name in learned]]
@@ -187,10 +144,8 @@ def tickets_summary(records: dict[str, list[dict[str, Any]]], compiles: list[dic
         pairs += [("none", f"always {answer}"), (f"always {answer}", "rules@top1")]
     pairs += [("rules@top1", "rules@oracle"), ("rules@top1", "rules@nearest-train"), ("none", ROUTED),
               (learned_name(0), ROUTED), *[(f"always {a}", ROUTED) for a in dict.fromkeys(constants.values()) if a]]
-    return _summary(records, [(a, b) for a, b in pairs if a in records and b in records])
+    return paired_summary(records, present(pairs, records))
 
-
-ROUTED = "learned (compile seed 0) @nearest-train"
 
 
 def learned_name(seed: int) -> str:
@@ -215,43 +170,24 @@ def run_gsm8k(lm: dspy.LM, path: str, store: Path) -> dict[str, Any]:
         program, trainset=rows["train"], valset=rows["selection"])
     evals = store / "gsm8k" / "eval"
     learned = learned_name(0)
-    reports = {"none": evaluate("none", program, rows["test"], numeric_match, evals, lm, "answer"),
-               learned: evaluate("learned", compiled, rows["test"], numeric_match, evals, lm, "answer")}
+    reports = {"none": evaluate_greedy("none", program, rows["test"], numeric_match, evals, lm, "answer"),
+               learned: evaluate_greedy("learned", compiled, rows["test"], numeric_match, evals, lm, "answer")}
     return {"task": "gsm8k", "train": f"{path}, seed {GSM8K_SEED}: 32 train and 20 selection rows",
             "heldout": "the next 100 rows of the same seeded order",
-            "compiles": [{"seed": 0, **compile_record(compiled)}], **_summary(_records(reports), [("none", learned)])}
-
-
-def _records(reports: dict[str, EvalReport]) -> dict[str, list[dict[str, Any]]]:
-    return {name: [{"index": e.index, "score": e.mean_score, "answer": e.samples[0].answer} for e in r.examples]
-            for name, r in reports.items()}
-
-
-def _summary(records: dict[str, list[dict[str, Any]]], pairs: list[tuple[str, str]]) -> dict[str, Any]:
-    """Accuracy of each program and the paired comparison of each pair, from per-problem records."""
-    scores = {name: [row["score"] for row in rows] for name, rows in records.items()}
-    comparisons = []
-    for a, b in pairs:
-        paired = compare_paired(scores[a], scores[b])
-        comparisons.append({"base": a, "other": b, **paired.to_dict(), "verdict": paired.verdict()})
-    return {"accuracy": {name: round(sum(s) / len(s), 4) for name, s in scores.items()},
-            "comparisons": comparisons, "per_problem": records}
+            "compiles": [{"seed": 0, **compile_record(compiled)}],
+            **paired_summary(problem_records(reports), [("none", learned)])}
 
 
 def markdown(report: dict[str, Any]) -> str:
     setup = report["setup"]
     lines = ["# Verified lessons on the embedded model: fresh held-out data", "",
-             f"Commit {setup['commit']}, {setup['date']}; machine at the start: {setup['speed']}; load average "
-             f"{setup['load_average_at_start']} at the start, {setup.get('load_average_at_end')} at the end.", ""]
+             setup_sentence(setup) + ".", ""]
     if setup.get("earlier_runs"):
         lines += ["Answers saved by earlier runs are reused: " + "; ".join(
             f"commit {run['commit']}, {run['date']}, {run['speed']}" for run in setup["earlier_runs"]) + ".", ""]
     for task in report["tasks"]:
         lines += [f"## {task['task']}", "", f"Training: {task['train']}. Held-out: {task['heldout']}.", "",
-                  "| program | accuracy |", "|---|---|"]
-        lines += [f"| {name} | {100 * value:.1f}% |" for name, value in task["accuracy"].items()]
-        lines += ["", "| comparison | Δ [95% CI], won / lost, exact sign test |", "|---|---|"]
-        lines += [f"| {c['other']} vs {c['base']} | {c['verdict']} |" for c in task["comparisons"]]
+                  *accuracy_table(task["accuracy"]), "", *verdict_table(task["comparisons"])]
         seeds = {learned_name(c["seed"]) for c in task["compiles"]}
         spread = [c["delta"] for c in task["comparisons"] if c["base"] == "none" and c["other"] in seeds]
         if len(spread) > 1:
@@ -268,28 +204,6 @@ def markdown(report: dict[str, Any]) -> str:
         for compile_ in task["compiles"]:
             lines += compile_lines(compile_)
     return "\n".join(lines)
-
-
-def compile_lines(compile_: dict[str, Any]) -> list[str]:
-    """One compile: what it proposed, verified and shipped, every candidate's verification and the gate."""
-    lines = ["", f"### Compile seed {compile_['seed']}", "",
-             f"{compile_['step_seconds']} s of steps: {compile_['candidates_proposed']} candidate lessons proposed, "
-             f"{compile_['candidates_checked']} distinct ones verified on training examples, "
-             f"{compile_['candidates_verified']} kept; shipped: {compile_['shipped']}.", "",
-             "Shipped lessons and their verification on training examples:", ""]
-    kept = {c["text"]: c for c in compile_["checks"] if c.get("kept")}
-    for text in compile_["lessons"] or ["(none)"]:
-        check = kept.get(text)
-        lines.append(f"- {text}" + (f" ({check['reason']}; fixed {check['fixes']}, broke {check['breaks']})"
-                                    if check else ""))
-    lines += ["", "Every candidate's verification, in order (each on top of the ones kept before it):", "",
-              "| candidate | from | fixed | broke | kept | why |", "|---|---|---|---|---|---|"]
-    lines += [f"| {c['text']} | {c['origin']} | {len(c['fixes'])} | {len(c['breaks'])} | "
-              f"{'yes' if c['kept'] else 'no'} | {c['reason']} |" for c in compile_["checks"]]
-    lines += ["", "Gate on the selection set:", ""]
-    lines += [f"- {g['label']}: {g['score']:.3f}, {'accepted' if g['accepted'] else 'rejected'} ({g['reason']})"
-              for g in compile_["gate"]]
-    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -312,11 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     store = RESULTS / f"{args.stem}.runs"
     lm = make_lm(args.lm, max_tokens=512)
     dspy.configure(lm=lm)
-    speed = machine_speed(lm)
-    setup = {"commit": git_revision(), "date": time.strftime("%Y-%m-%d"), "argv": sys.argv[1:],
-             "speed": str(speed) if speed else "not measured (not the embedded model)",
-             "speed_at_start": asdict(speed) if speed else None,
-             "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+    setup = study_setup(machine_speed(lm), unmeasured=NOT_MEASURED)
     path = RESULTS / f"{args.stem}.json"
     saved = read_json(path) if path.exists() else {}
     # Another task's finished result in this stem's file is kept (a run of one task does not erase the other), and
@@ -328,9 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.tasks:
         earlier[name] = (run_tickets(lm, args.tickets, store, args.compile_seeds) if name == "tickets"
                          else run_gsm8k(lm, args.gsm8k, store))
-    setup["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    setup["load_average_at_end"] = load_average()
     report = {"setup": setup, "tasks": [earlier[t] for t in ("tickets", "gsm8k") if t in earlier]}
-    return write_report(path, report)
+    return write_study(path, report, markdown(report))
 
 
 def reanalyze(path: Path) -> int:
@@ -342,16 +252,7 @@ def reanalyze(path: Path) -> int:
         if task["task"] == "tickets":
             n = len(task["per_problem"]["none"])
             task.update(tickets_summary(task["per_problem"], task["compiles"], n))
-    return write_report(path, report)
-
-
-def write_report(path: Path, report: dict[str, Any], render: Callable[[dict[str, Any]], str] | None = None) -> int:
-    """The report as JSON and as markdown (``render``, this benchmark's `markdown` by default), printed."""
-    write_json_atomic(path, report)
-    path.with_suffix(".md").write_text((render or markdown)(report))
-    print(path.with_suffix(".md").read_text())
-    return 0
-
+    return write_study(path, report, markdown(report))
 
 
 if __name__ == "__main__":

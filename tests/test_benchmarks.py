@@ -1,4 +1,4 @@
-"""Offline tests of the benchmark harnesses (benchmarks/compare.py, benchmarks/systems.py) with scripted engines."""
+"""Offline tests of the benchmark harnesses (benchmarks/compare.py and the studies beside it) with scripted engines."""
 
 import importlib.util
 import json
@@ -34,8 +34,6 @@ def load_script(name):
     spec.loader.exec_module(module)
     return module
 
-
-systems = load_script("systems")
 
 _OUTPUT_FIELDS = re.compile(r"Your output fields are:\n(.*?)\n\n", re.DOTALL)
 
@@ -320,23 +318,6 @@ def test_seed_spread_and_mean_usage():
     assert result.score == 0.75
     assert result.score_seed_std == pytest.approx(0.35355, abs=1e-4)
     assert result.role_usage("task").prompt_tokens == 200
-
-
-def test_systems_critical_path_and_thread_bound_ideal():
-    steps = [systems.StepPhases(rollouts=8, summaries=8, extractions=2, updates=1),
-             systems.StepPhases(rollouts=8, summaries=0, extractions=0, updates=0)]
-    assert systems.ideal_seconds(steps, 0.5, None) == pytest.approx(0.5 * (4 + 1))
-    assert systems.ideal_seconds(steps, 0.5, 4) == pytest.approx(0.5 * (2 + 2 + 1 + 1 + 2))
-
-
-def test_systems_fake_engine_run_accounts_for_every_call():
-    run = systems.measure_parallel(4, latency=0.001, train_n=3, group_size=2, epochs=1, batch_size=None)
-    # 6 rollouts, every group mixed: 6 summaries, 3 extractions, 1 update.
-    assert run.calls_by_kind == {"policy": 6, "summary": 6, "extract": 3, "update": 1}
-    assert run.rollouts == 6 and run.steps == 1
-    assert run.critical_path_seconds == pytest.approx(0.004)
-    assert run.thread_bound_ideal_seconds == pytest.approx(0.001 * (2 + 2 + 1 + 1))
-    assert run.wall_seconds >= run.thread_bound_ideal_seconds
 
 
 # -- the gsm8k preset --------------------------------------------------------------------------------------------
@@ -644,65 +625,6 @@ def test_the_repeat_and_the_gate_checks_can_be_turned_off_without_invalidating_a
         cli.parse_args(["--preset", "gsm8k", "--source", gsm_source, "--gate-checks", "-1"])
 
 
-def test_reflection_quality_counts_a_run_log_by_the_reason_each_lesson_was_dropped(tmp_path, capsys):
-    quality = load_script("reflection_quality")
-    log = tmp_path / "log"
-    proposals = log / "steps" / "0001" / "proposals"
-    proposals.mkdir(parents=True)
-    records = [
-        {"example_index": 0, "raw_count": 0, "lessons": [], "dropped": []},
-        {"example_index": 1, "raw_count": 1, "lessons": [],
-         "dropped": [{"text": "When durations mix hours and minutes, turn them into minutes.",
-                      "dropped_because": "copies the reflection prompt: 'turn every duration'"}]},
-        {"example_index": 2, "raw_count": 2, "lessons": [{"text": "When a rate is given, multiply first."}],
-         "dropped": [{"text": "When Tom has 5 apples, he has 5.", "dropped_because": "restates its example: 5"}]},
-    ]
-    for number, record in enumerate(records):
-        (proposals / f"{number}.json").write_text(json.dumps(record))
-    (log / "steps" / "0001" / "step.json").write_text(json.dumps({"informative_groups": 3}))
-    (log / "library.json").write_text(json.dumps({"experiences": [{"text": "When a rate is given, multiply first."}]}))
-    assert quality.main(["--from-log", str(log), "--out", str(tmp_path / "out")]) == 0
-    counted = json.loads((tmp_path / "out" / "reflection_quality.json").read_text())
-    assert (counted["proposals"], counted["dropped"], counted["dropped_as_restatements"]) == (3, 2, 1)
-    assert counted["dropped_by_reason"] == {"copies the reflection prompt": 1, "restates its example": 1}
-    assert counted["proposals_per_informative_group"] == 1.0 and counted["library_lessons"] == 1
-    with pytest.raises(SystemExit):
-        quality.main(["--out", str(tmp_path / "out")])  # neither data to run on nor a log to count
-
-
-def test_a_reflection_replay_reuses_the_demo_rollouts_and_asks_with_the_chosen_prompt(monkeypatch, tmp_path, capsys):
-    from tfgrpo_dspy import cli
-
-    lm = scripted_lm(ticket_router)
-    monkeypatch.setattr(cli, "make_lm", lambda spec, **kwargs: lm)
-    monkeypatch.setattr("tfgrpo_dspy.lm.make_lm", lambda spec, **kwargs: lm)
-    demo = tmp_path / "demo"
-    assert cli.main(["demo", "--train-n", "6", "--selection-n", "3", "--heldout-n", "5", "--out", str(demo)]) == 0
-    assert json.loads((demo / "demo.json").read_text())["train"]["steps"][0]["informative_groups"] > 0
-    engine, before = lm.engine, len(lm.engine.calls)
-
-    replay = load_script("replay_reflection")
-    out = tmp_path / "replay"
-    assert replay.main(["--demo", str(demo), "--variant", "rule", "--out", str(out)]) == 0
-    new = engine.calls[before:]
-    assert not [c for c in new if c.kind == "policy" and c.seed is not None]  # no rollout was sampled again
-    extracts = [c for c in new if c.kind == "extract"]
-    assert extracts and all("Write exactly one lesson" in c.system for c in extracts)
-    report = json.loads((out / "replay.json").read_text())
-    assert report["variant"] == "rule" and report["proposals"] == len(extracts)
-    assert [c["label"] for c in report["candidates"]][0] == "initial"
-    assert report["comparison"]["n"] == 5 and "verdict" in report
-    # The scripted rule cannot change a greedy "general": verification keeps none (the demo's own pipeline), so
-    # no library reached the gate and none is rescored on the held-out rows.
-    checks = json.loads((out / "log" / "steps" / "0001" / "checks" / "lessons.json").read_text())["checks"]
-    assert checks and not any(c["kept"] for c in checks) and report["rejected_on_held_out"] == []
-    # The demo's own log is left as it was (the copy lost these).
-    assert (demo / "log" / "state.json").is_file() and (demo / "log" / "steps" / "0001" / "step.json").is_file()
-    assert json.loads((demo / "log" / "manifest.json").read_text())["settings"]["extraction"] is False
-    with pytest.raises(FileExistsError):
-        replay.main(["--demo", str(demo), "--variant", "rule", "--out", str(out)])
-
-
 def test_verified_lessons_scores_every_compile_seed_against_the_same_references(monkeypatch, tmp_path):
     bench = load_script("verified_lessons")
     lm = scripted_lm(ticket_router)
@@ -720,7 +642,7 @@ def test_verified_lessons_scores_every_compile_seed_against_the_same_references(
     # The oracle shows each ticket the rule that decides it: the system prompt of its call names that rule's lesson.
     from tfgrpo_dspy.kits.tickets.rules import RULES_BY_NAME
 
-    _, _, heldout = bench.tickets_data(6)
+    _, _, heldout = splits.demo_tickets(6)
     oracle_calls = [c for c in lm.engine.calls if heldout[0].ticket in str(c.inputs.get("ticket", ""))
                     and RULES_BY_NAME[heldout[0].rule].lesson in c.system]
     assert oracle_calls
@@ -741,7 +663,7 @@ def test_verified_lessons_compares_each_learned_library_with_the_answer_its_fixe
     from tfgrpo_dspy.inference.majority import constant_scores
 
     bench = load_script("verified_lessons")
-    trainset, _, heldout = bench.tickets_data(12)
+    trainset, _, heldout = splits.demo_tickets(12)
     fixed = [i for i, e in enumerate(trainset) if e.queue == "self-service"][:2]
     other = next(i for i, e in enumerate(trainset) if e.queue != "self-service")
     check = {"origin": "induction", "breaks": [], "reason": "r"}
@@ -912,54 +834,3 @@ def test_lesson_prefix_compares_whole_prefixes_with_bases_answer_by_answer(monke
     # Every call reached the model (DSPy's cache off): the two load calls, then both workloads once.
     assert [len(lm.engine.calls) for lm in made] == [2 + candidates["calls"] + top_1["calls"]] * 3
     assert "flips between the two base runs" in (tmp_path / "lp.md").read_text()
-
-
-def test_extract_format_replays_a_runs_groups_in_both_formats(monkeypatch, tmp_path, gsm_source):
-    """Every group the run sent to extraction is extracted once per format, with the row's reference; the
-    line format's unreadable lines and the JSON format's lessons are counted from the model's real answers."""
-    from tfgrpo_dspy import TrainingFreeGRPO
-    from tfgrpo_dspy.kits.math.data import load_gsm8k
-
-    bench = load_script("extract_format")
-    trainset = load_gsm8k(gsm_source, split="train")[:3]
-    attempts = Counter()
-
-    def run_script(call):
-        reply = default_reflection(call)
-        if reply is not None:
-            return reply
-        attempts[call.inputs["problem"]] += 1
-        return {"reasoning": "add", "answer": "0" if attempts[call.inputs["problem"]] % 2 else "wrong"}
-
-    log = tmp_path / "log"
-    with dspy.context(lm=scripted_lm(run_script)):
-        TrainingFreeGRPO(lambda e, p, t=None: float(p.answer == e.answer or p.answer == "0"), group_size=2,
-                         epochs=1, num_threads=1, progress=False, extraction=True, induction=False, verify=False,
-                         summarize=False, log_dir=str(log), reference_fields=["answer", "solution"]
-                         ).compile(dspy.ChainOfThought("problem -> answer"), trainset=trainset)
-    sent = sorted((log / "steps" / "0001" / "proposals").glob("ex*.json"))
-    assert sent
-    seen = []
-
-    def extraction_script(call):
-        seen.append(call)
-        if "list[ProposedLesson]" in call.system:
-            return {"difference": "d", "lessons": [{"condition": "a number is added", "action": "add it"}],
-                    "misleading": [], "useful": []}
-        return {"difference": "d", "lessons": "When a number is added, add it.\nThink.", "misleading": [],
-                "useful": []}
-
-    monkeypatch.setattr(bench, "RESULTS", tmp_path)
-    monkeypatch.setattr(bench, "make_lm", lambda spec, **kwargs: scripted_lm(extraction_script))
-    assert bench.main(["--log", str(log), "--gsm8k", gsm_source, "--stem", "ef"]) == 0
-    report = json.loads((tmp_path / "ef.json").read_text())
-    json_row, lines_row = report["rows"]
-    assert json_row["extractions"] == lines_row["extractions"] == len(sent) == len(seen) // 2
-    assert (json_row["lessons"], json_row["unparsed_lines"]) == (len(sent), 0)
-    assert (lines_row["lessons"], lines_row["unparsed_lines"]) == (len(sent), len(sent))
-    assert json_row["failed"] == lines_row["failed"] == 0 and json_row["extra_calls"] == 0
-    assert all("#### " not in call.inputs["reference"] and "answer:" in call.inputs["reference"] for call in seen)
-    assert "| lines |" in (tmp_path / "ef.md").read_text()
-    # A rerun reuses every finished extraction.
-    assert bench.main(["--log", str(log), "--gsm8k", gsm_source, "--stem", "ef"]) == 0
-    assert len(seen) == 2 * len(sent)

@@ -13,8 +13,9 @@ from comparison import cli, gate_checks, metering, methods, outputs, presets, su
 from comparison import data as splits
 from comparison import markdown as md
 from comparison import run as running
+from comparison.compile_details import CompileDetails, HeldOutCheck, TfgrpoRun
 from comparison.prompts import held_out_prompts, prompts_fingerprint
-from comparison.records import CompileDetails, HeldOutCheck, MethodResult, ProblemResult, SeedRun, TfgrpoRun
+from comparison.records import MethodResult, ProblemResult, SeedRun
 from comparison.store import RunStore, runs_manifest
 from scripted import default_reflection, scripted_lm, ticket_router
 from test_benchmarks import GsmScript

@@ -101,7 +101,9 @@ def test_a_condition_is_compared_with_the_placebo_of_the_same_placement_and_dose
 def test_an_interrupted_condition_resumes_after_its_last_saved_chunk(monkeypatch, tmp_path):
     policy = RuleFollower()
     monkeypatch.setattr("tfgrpo_dspy.lm.make_lm", lambda spec, **kwargs: scripted_lm(policy))
-    real_evaluate, chunks = study.evaluate_at_k, []
+    from comparison import chunked  # where the study's conditions are evaluated, chunk by chunk
+
+    real_evaluate, chunks = chunked.evaluate_at_k, []
 
     def evaluate_then_die(*args, **kwargs):
         if len(chunks) == 2:
@@ -109,7 +111,7 @@ def test_an_interrupted_condition_resumes_after_its_last_saved_chunk(monkeypatch
         chunks.append(kwargs["rollout_id_offset"])
         return real_evaluate(*args, **kwargs)
 
-    monkeypatch.setattr(study, "evaluate_at_k", evaluate_then_die)
+    monkeypatch.setattr(chunked, "evaluate_at_k", evaluate_then_die)
     argv = ["--tasks", "tickets", "--n", "25", "--conditions", "rules@instructions", "--runs", str(tmp_path / "runs"),
             "--out-dir", str(tmp_path), "--threads", "2"]
     with pytest.raises(KeyboardInterrupt):
@@ -117,7 +119,7 @@ def test_an_interrupted_condition_resumes_after_its_last_saved_chunk(monkeypatch
     partial = json.loads((tmp_path / "runs" / "tickets" / "none.partial.json").read_text())
     assert len(partial["scores"]) == 20 and policy.calls == 20 and chunks == [0, 10]
 
-    monkeypatch.setattr(study, "evaluate_at_k", real_evaluate)
+    monkeypatch.setattr(chunked, "evaluate_at_k", real_evaluate)
     assert study.main(argv) == 0  # the rest of none, then the whole of rules@instructions
     assert policy.calls == 25 + 25
     assert not list((tmp_path / "runs" / "tickets").glob("*.partial.json"))

@@ -113,3 +113,23 @@ def banking77_split(source: str, budget: Budget, seed: int) -> Split:
                  make_program=banking77_program, reference_fields=TRAIN_DEFAULTS["reference_fields"],
                  metric=intent_match, input_field="query", answer_field="intent",
                  tfgrpo_settings={k: v for k, v in TRAIN_DEFAULTS.items() if k not in budgeted})
+
+
+# The tickets studies' rows: the demo's training data (train split, seed 0), development tickets on which a default
+# is chosen, and held-out tickets on which nothing was chosen (every study before issue 27 held out seed 0's).
+DEMO_TRAIN_SEED, HELD_OUT_SEED, DEVELOPMENT_SEED = 0, 1000, 2000
+
+
+def demo_tickets(held_out_n: int) -> tuple[list[dspy.Example], list[dspy.Example], list[dspy.Example]]:
+    """The demo's 24 training and 16 selection tickets and ``held_out_n`` held-out tickets of `HELD_OUT_SEED`."""
+    from tfgrpo_dspy.kits.tickets.generator import generate_tickets
+
+    pool = generate_tickets(40, DEMO_TRAIN_SEED, split="train")
+    return pool[:24], pool[24:], generate_tickets(held_out_n, HELD_OUT_SEED, split="heldout")
+
+
+def held_out_tickets(n: int, seed: int) -> list[dspy.Example]:
+    """``n`` tickets of the held-out split (names no training ticket has), seed ``seed``."""
+    from tfgrpo_dspy.kits.tickets.generator import generate_tickets
+
+    return generate_tickets(n, seed, split="heldout")

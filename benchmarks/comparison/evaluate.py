@@ -1,4 +1,5 @@
-"""The held-out evaluation every method gets, its repeat with the cache off, and what a program adds per call."""
+"""The held-out evaluation every method gets, its repeat with the cache off, and what a program adds per call;
+and the resumable greedy evaluation every study beside compare.py scores its programs with."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import statistics
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from comparison.data import Split
 from comparison.metering import metered_copy
 from comparison.presets import CHARS_PER_TOKEN, Budget
 from comparison.records import RepeatEval, SeedRun, problem_results
+from tfgrpo_dspy import ExperienceLibrary
 from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k
 
 logger = logging.getLogger("compare")
@@ -112,6 +114,19 @@ def detach_lms(program: dspy.Module) -> dspy.Module:
     for _, predictor in program.named_predictors():
         predictor.lm = None
     return program
+
+
+def evaluate_greedy(name: str, program: dspy.Module, examples: list[dspy.Example], metric: Callable, store: Path,
+                    lm: dspy.LM, answer_field: str, library: ExperienceLibrary | None = None) -> EvalReport:
+    """A study's evaluation of one program: greedy, one answer per row, 4 threads, the lessons at top 1, each
+    finished row saved under ``store / name`` so that a rerun reads it back instead of asking the model again.
+
+    ``library`` is injected into ``program`` for the evaluation (a fixed library: rules, a placebo, a control)."""
+    started = time.perf_counter()
+    report = evaluate_at_k(program, examples, metric, k=1, temperature=0.0, num_threads=4, lm=lm, library=library,
+                           top_k=1, answer_field=answer_field, checkpoint_dir=store / name)
+    logger.info("%s: %.1f%% (%.0f s)", name, 100 * report.mean_at_k, time.perf_counter() - started)
+    return report
 
 
 def _stderr(report: EvalReport) -> float | None:

@@ -19,11 +19,12 @@ from typing import Any
 
 import dspy
 
+from comparison.compile_details import HeldOutCheck
 from comparison.data import Split
 from comparison.evaluate import evaluate_held_out
 from comparison.metering import metered_copy
 from comparison.presets import Budget
-from comparison.records import HeldOutCheck, SeedRun
+from comparison.records import SeedRun
 from tfgrpo_dspy import ExperienceLibrary, compare_paired, with_experiences
 from tfgrpo_dspy.library.jsonio import read_json
 from tfgrpo_dspy.run.results import Candidate

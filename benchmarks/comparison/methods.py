@@ -14,10 +14,10 @@ from typing import Any
 
 import dspy
 
+from comparison.compile_details import CompileDetails, TfgrpoRun
 from comparison.data import ScoreOnly, Split
 from comparison.metering import Roles
 from comparison.presets import ABLATIONS, METHODS, PAPER_RECIPE, READS_FROM, Budget
-from comparison.records import CompileDetails, TfgrpoRun
 from tfgrpo_dspy import ExperienceLibrary, TrainingFreeGRPO, with_experiences
 from tfgrpo_dspy.inference.injection import LuceneBM25, retrieval_words
 

@@ -1,4 +1,5 @@
-"""The comparison's PNG, drawn from the saved report alone: paired gains with their intervals, score vs tokens."""
+"""The PNGs, drawn from a saved report alone: the comparison's paired gains with their intervals and score vs
+tokens (`write_plot`), and lessons_study's conditions against none (`write_conditions_plot`)."""
 
 from __future__ import annotations
 
@@ -68,3 +69,31 @@ def write_plot(report: dict[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def write_conditions_plot(report: dict[str, Any], path: Path) -> None:
+    """Per task, each condition's paired accuracy change against none with its 95% interval (gray: placebos and
+    repeats of none)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = report["tasks"]
+    fig, axes = plt.subplots(1, len(tasks), figsize=(7 * len(tasks), 4.8), squeeze=False)
+    for axis, task in zip(axes[0], tasks, strict=True):
+        rows = [r for r in task["rows"] if "vs_none" in r]
+        for y, row in enumerate(rows):
+            c = row["vs_none"]
+            color = "tab:gray" if row["condition"].startswith(("placebo", "none")) else "tab:blue"
+            axis.errorbar(100 * c["delta"], y, xerr=[[100 * (c["delta"] - c["ci_low"])],
+                                                     [100 * (c["ci_high"] - c["delta"])]],
+                          fmt="o", color=color, capsize=3)
+        axis.axvline(0, color="black", linewidth=0.8)
+        axis.set_yticks(range(len(rows)), [r["condition"] for r in rows], fontsize=8)
+        axis.set_xlabel("accuracy change vs none (points, paired 95% CI)")
+        axis.set_title(f"{task['name']} ({task['kind']}, {task['n']} problems)", fontsize=10)
+        axis.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -17,6 +17,7 @@ from pathlib import Path
 import dspy
 from provenance import git_revision
 
+from comparison.compile_details import CompileDetails
 from comparison.data import Split
 from comparison.evaluate import added_prompt_tokens, detach_lms, evaluate_stage, repeat_stage
 from comparison.gate_checks import GATE_CHECKED_METHODS, gate_check_stage
@@ -24,7 +25,7 @@ from comparison.metering import Roles
 from comparison.methods import COMPILERS, Compiled, MethodContext, ordered_methods
 from comparison.presets import ABLATIONS, Budget
 from comparison.prompts import prompts_fingerprint
-from comparison.records import CompileDetails, MethodResult, SeedRun
+from comparison.records import MethodResult, SeedRun
 from comparison.store import RunStore
 from tfgrpo_dspy.usage import Usage
 
