@@ -48,7 +48,7 @@ class ExtractLesson(dspy.Signature):
 
 # The same comparison with the lessons written as lines instead of a JSON list of objects: the JSON schema the
 # ChatAdapter puts in the prompt for list[ProposedLesson], and the keys and quotes of the answer, cost tokens on
-# every call. `benchmarks/extract_format.py` measures both on the same groups.
+# every call. `benchmarks/extract_format.py` (removed; last in commit e331611) measured both on the same groups.
 ExtractLessonLines = ExtractLesson.with_updated_fields(
     "lessons", type_=str,
     desc="0 to max_lessons general lessons, one per line, each 'When <condition>, <action>.', ending with "
