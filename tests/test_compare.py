@@ -214,6 +214,36 @@ def test_nearest_label_answers_the_nearest_training_inputs_answer_without_a_mode
     assert held_out_prompts(program, split.test) == [[], []]  # no call reaches a model
 
 
+def ticket_rows(*rows: tuple[str, str]) -> list[dspy.Example]:
+    return [dspy.Example(ticket=t, queue=q).with_inputs("ticket") for t, q in rows]
+
+
+def test_knn_few_shot_shows_each_call_its_nearest_training_tickets_as_demos():
+    budget = presets.Budget(train_n=4, selection_n=2, test_n=2, group_size=2, simba_bsize=2, task="tickets",
+                            labeled_k=2, max_bootstrapped_demos=1)
+    split = replace(splits.tickets_split(budget, 1000), train=ticket_rows(
+        ("refund of a duplicate charge on my invoice", "payments"), ("the kiosk screen in Oslo is broken", "field-ops"),
+        ("my kiosk printer in Bergen is broken", "field-ops"), ("please export my data under GDPR", "trust-safety")))
+    ctx = methods.MethodContext(split, metering.Roles.of(scripted_lm(ticket_router)), budget, seed=0)
+    program = methods.compile_knn(ctx).program
+    (calls,) = held_out_prompts(program, ticket_rows(("the kiosk screen is broken again", "field-ops")))
+    final = json.dumps(calls[-1]["messages"])
+    assert "kiosk screen in Oslo" in final and "kiosk printer in Bergen" in final
+    assert "GDPR" not in final and "duplicate charge" not in final
+
+
+def test_a_resumed_run_rebuilds_the_programs_dspy_cannot_save(tmp_path):
+    budget = presets.Budget(train_n=4, selection_n=2, test_n=3, group_size=2, simba_bsize=2, task="tickets",
+                            eval_temperature=0.0, repeat_none=False)
+    split = splits.tickets_split(budget, 1000)
+    store = RunStore(tmp_path / "runs")
+    job = running.MethodRun("nearest_label", split, scripted_lm(ticket_router), budget, 0, store=store, progress=False)
+    first = running.run_comparison(split, job.lm, budget, ["nearest_label"], store=store, progress=False)
+    run, program = running._compiled(job, running.Earlier())
+    assert isinstance(program, methods.NearestLabel) and run.score == first[0].runs[0].score
+    assert set(methods.REBUILT_ON_LOAD) <= set(methods.COMPILERS)
+
+
 def test_the_development_preset_draws_no_reported_seed():
     dev = presets.PRESETS["tickets_dev"]
     reported = {p.data_seed for name, p in presets.PRESETS.items() if name != "tickets_dev"}
@@ -224,7 +254,7 @@ def test_the_development_preset_draws_no_reported_seed():
 def test_the_tickets_preset_holds_out_300_fresh_tickets():
     preset = presets.PRESETS["tickets"]
     assert preset.test_n >= 300 and preset.data_seed >= 1000 and preset.k == 1 and preset.eval_temperature == 0
-    assert preset.methods == presets.HEAD_TO_HEAD
+    assert preset.methods == presets.LABEL_HEAD_TO_HEAD and "knn" in preset.methods
     split = splits.tickets_split(preset, preset.data_seed)
     assert (len(split.train), len(split.selection), len(split.test)) == (24, 16, 300)
     from tfgrpo_dspy.kits.tickets.generator import generate_tickets
@@ -243,7 +273,7 @@ def test_the_banking77_preset_draws_disjoint_rows_of_one_file_and_compiles_with_
     path = tmp_path / "train.csv"
     path.write_text("text,category\n" + "".join(f"query {i},{INTENTS[i % 77]}\n" for i in range(450)))
     preset = presets.PRESETS["banking77"]
-    assert preset.test_n >= 300 and preset.methods == presets.HEAD_TO_HEAD and preset.k == 1
+    assert preset.test_n >= 300 and preset.methods == presets.LABEL_HEAD_TO_HEAD and preset.k == 1
     split = splits.banking77_split(str(path), preset, preset.data_seed)
     assert (len(split.train), len(split.selection), len(split.test)) == (80, 40, 300)
     rows = [e.query for e in split.train + split.selection + split.test]

@@ -168,6 +168,29 @@ def compile_nearest_label(ctx: MethodContext) -> Compiled:
                     CompileDetails("nearest training input's answer (BM25), no model"))
 
 
+def tfidf_vectorizer(texts: Sequence[str]) -> dspy.Embedder:
+    """A lexical embedder for KNNFewShot, fit on the training inputs (no embedding model runs offline here):
+    L2-normalised TF-IDF vectors, so KNNFewShot's dot product is their cosine similarity."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    tfidf = TfidfVectorizer(sublinear_tf=True).fit(texts)
+    return dspy.Embedder(lambda batch: tfidf.transform(batch).toarray(), caching=False)
+
+
+def compile_knn(ctx: MethodContext) -> Compiled:
+    """KNNFewShot: for each call, its 16 nearest training examples (TF-IDF), of which BootstrapFewShot keeps up to
+    the preset's bootstrapped demos the task model gets right (the metric checks them) and fills with labeled ones."""
+    b, split = ctx.budget, ctx.split
+    # KNN embeds an example as "field: value" of its inputs, and a call the same way.
+    keyed = [" | ".join(f"{k}: {v}" for k, v in e.inputs().items()) for e in split.train]
+    optimizer = dspy.KNNFewShot(k=b.labeled_k, trainset=split.train, vectorizer=tfidf_vectorizer(keyed),
+                                metric=split.metric, max_bootstrapped_demos=b.max_bootstrapped_demos,
+                                max_labeled_demos=b.labeled_k)
+    return Compiled(optimizer.compile(split.make_program()),
+                    CompileDetails({"k": b.labeled_k, "vectorizer": "tfidf", "max_bootstrapped_demos":
+                                    b.max_bootstrapped_demos, "max_labeled_demos": b.labeled_k}))
+
+
 def compile_tfgrpo_on_bootstrap(ctx: MethodContext) -> Compiled:
     """Lessons on top of demos: the student is this run's BootstrapFewShot program, whose demos stay.
 
@@ -216,6 +239,10 @@ def compile_direct_tips(ctx: MethodContext, *, max_words: int = 32) -> Compiled:
                     CompileDetails({"tips_requested": count}, library=tuple(texts)))
 
 
+# Programs DSPy's save cannot hold (a forward that retrieves per call): a resumed run compiles them again, which
+# costs no model call, instead of loading a program.json that would be the plain program.
+REBUILT_ON_LOAD = frozenset({"nearest_label", "knn"})
+
 COMPILERS: dict[str, Callable[[MethodContext], Compiled]] = {
     "none": compile_none,
     "labeled": compile_labeled,
@@ -228,6 +255,7 @@ COMPILERS: dict[str, Callable[[MethodContext], Compiled]] = {
     "tfgrpo_on_bootstrap": compile_tfgrpo_on_bootstrap,
     "tfgrpo_by_answer": compile_tfgrpo_by_answer,
     "nearest_label": compile_nearest_label,
+    "knn": compile_knn,
     "direct_tips": compile_direct_tips,
     "group1": compile_group1,
     "no_gt": compile_no_gt,

@@ -22,7 +22,7 @@ from comparison.data import Split
 from comparison.evaluate import added_prompt_tokens, detach_lms, evaluate_stage, repeat_stage
 from comparison.gate_checks import GATE_CHECKED_METHODS, gate_check_stage
 from comparison.metering import Roles
-from comparison.methods import COMPILERS, Compiled, MethodContext, ordered_methods
+from comparison.methods import COMPILERS, REBUILT_ON_LOAD, Compiled, MethodContext, ordered_methods
 from comparison.presets import ABLATIONS, Budget
 from comparison.prompts import prompts_fingerprint
 from comparison.records import MethodResult, SeedRun
@@ -98,12 +98,15 @@ def _compiled(job: MethodRun, earlier: Earlier) -> tuple[SeedRun, dspy.Module | 
     """The method's saved compile, or a new one (saved at once)."""
     store, task = job.store, job.split.task
     run = store.load_run(task, job.method, job.seed) if store else None
-    if run is not None and store is not None:
-        logger.info("[%s] seed %d: %s compile loaded from %s", task, job.seed, job.method, store.root)
-        return run, store.load_program(job.split, job.method, job.seed)
     log_dir = store.log_dir(task, job.method, job.seed) if store else None
     ctx = MethodContext(job.split, Roles.of(job.lm), job.budget, job.seed, earlier.learned_library_size,
                         dict(earlier.programs), log_dir)
+    if run is not None and store is not None:
+        logger.info("[%s] seed %d: %s compile loaded from %s", task, job.seed, job.method, store.root)
+        if job.method in REBUILT_ON_LOAD:  # its program.json cannot hold it; rebuilding costs no model call
+            with dspy.context(lm=ctx.roles.task):
+                return run, detach_lms(COMPILERS[job.method](ctx).program)
+        return run, store.load_program(job.split, job.method, job.seed)
     run, program = compile_stage(job.method, ctx)
     if program is not None and store is not None:
         store.clear_evals(task, job.method, job.seed)
