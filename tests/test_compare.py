@@ -244,11 +244,12 @@ def test_a_resumed_run_rebuilds_the_programs_dspy_cannot_save(tmp_path):
     assert set(methods.REBUILT_ON_LOAD) <= set(methods.COMPILERS)
 
 
-def test_the_development_preset_draws_no_reported_seed():
-    dev = presets.PRESETS["tickets_dev"]
-    reported = {p.data_seed for name, p in presets.PRESETS.items() if name != "tickets_dev"}
-    assert dev.data_seed not in reported and (dev.train_n, dev.selection_n) == (80, 40)
-    assert {"nearest_label", "labeled", "tfgrpo", "tfgrpo_by_answer"} <= set(dev.methods)
+@pytest.mark.parametrize("dev, reported", [("tickets_dev", "tickets"), ("banking77_dev", "banking77")])
+def test_a_development_preset_draws_another_seed_than_the_reported_one(dev, reported):
+    dev, reported = presets.PRESETS[dev], presets.PRESETS[reported]
+    assert dev.task == reported.task and dev.data_seed != reported.data_seed
+    assert (dev.train_n, dev.selection_n) == (80, 40) and dev.test_n >= 100
+    assert {"nearest_label", "labeled", "tfgrpo_by_answer"} <= set(dev.methods)
 
 
 def test_the_tickets_preset_holds_out_300_fresh_tickets():

@@ -160,6 +160,14 @@ PRESETS: dict[str, Budget] = {
                           group_size=4, epochs=1, batch_size=None, tfgrpo_summarize=False, task="tickets",
                           methods=("none", "nearest_label", "labeled", "tfgrpo", "tfgrpo_by_answer"),
                           repeat_none=False, gate_checks=0),
+    # Development for Banking77: the banking77 preset's budgets on the seed-0 order of the same file (where `tfgrpo
+    # train/eval --task banking77` draw by default), 100 held-out queries after its 80 training and 40 selection.
+    "banking77_dev": Budget(train_n=80, selection_n=40, test_n=100, k=1, eval_temperature=0.0, num_threads=4,
+                            data_seed=0, max_bootstrapped_demos=4, max_labeled_demos=4, simba_bsize=8,
+                            simba_candidates=4, simba_steps=2, gepa_max_metric_calls=150, gepa_minibatch=3,
+                            group_size=4, epochs=1, batch_size=None, tfgrpo_summarize=False, task="banking77",
+                            methods=("none", "nearest_label", "labeled", "knn", "tfgrpo", "tfgrpo_by_answer"),
+                            repeat_none=False, gate_checks=0),
     # For a served model with real throughput: paper-like sizes.
     "server": Budget(train_n=30, selection_n=20, test_n=100, k=4, seeds=3, num_threads=16, max_bootstrapped_demos=4,
                      max_labeled_demos=4, simba_bsize=8, simba_candidates=4, simba_steps=4,
