@@ -262,6 +262,33 @@ def test_without_the_per_group_reflection_lessons_come_from_the_induction_only()
     assert estimate.max_extraction_calls == 0 and estimate.max_summary_calls == 0
 
 
+class VagueActions(Router):
+    """The induction names the right condition but no answer; the policy answers payments only when a lesson
+    it is shown names payments."""
+
+    def __call__(self, call):
+        if call.kind == "induce":
+            return {"condition": "the question asks for a refund", "action": "route it to the right team"}
+        reply = default_reflection(call)
+        if reply is not None:
+            return reply
+        lessons = shown_lessons(call)
+        return {"answer": "payments" if "payments" in lessons and "refund" in call.inputs["question"] else "general"}
+
+
+@pytest.mark.parametrize("action, learned", [("model", []), ("reference", ["When the question asks for a refund, "
+                                                                           "answer with answer: payments."])])
+def test_with_the_reference_as_action_a_rule_names_the_answer_its_failures_share(action, learned):
+    compiled, _ = compile_router(VagueActions(), questions(0, 4, 4), valset=questions(100, 2, 2), extraction=False,
+                                 induction_action=action)
+    assert compiled.experience_library.texts == learned
+
+
+def test_induction_action_is_checked():
+    with pytest.raises(ValueError, match="induction_action must be one of"):
+        TrainingFreeGRPOSettings(induction_action="code")
+
+
 @pytest.mark.parametrize("options", [{"induction": False}, {"ground_truth": False}])
 def test_turning_off_the_per_group_reflection_needs_the_induction(options):
     with pytest.raises(ValueError, match="extraction=False"):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 PLACEMENTS = ("instructions", "input", "both")
+INDUCTION_ACTIONS = ("model", "reference")
 ROUTE_BY = ("lesson", "example", "answer")
 TRACKERS = (None, "mlflow")  # where a compile reports progress besides its log directory (tfgrpo_dspy.run.tracking)
 # Each call sees its one most relevant lesson: the best dose for the embedded model on 100 held-out tickets
@@ -88,6 +89,9 @@ class TrainingFreeGRPOSettings:
                                       "theirs, then their nearest inputs; 0 = failures only", minimum=0)
     num_candidates: int = setting(3, "candidate lessons sampled per induction, each a new draw", minimum=1)
     induction_temperature: float = setting(0.9, "sampling temperature of the induction draws", minimum=0)
+    induction_action: str = setting("model", "who writes an induced rule's action: 'model' = the reflection LM; "
+                                    "'reference' = when the failures share one reference answer, code writes "
+                                    "'answer with <it>' and the LM's condition is kept (otherwise the LM's action)")
     verify: bool = setting(True, "keep a proposed lesson only if re-running the policy greedily on training examples "
                            "with it fixes more than it breaks (see verify_margin); False = the update step decides")
     verify_margin: int = setting(2, "fixes minus breaks (training examples where the lesson was shown) a lesson needs",
@@ -150,6 +154,8 @@ class TrainingFreeGRPOSettings:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
         if self.track not in TRACKERS:
             raise ValueError(f"track must be one of {TRACKERS[1:]} or None, got {self.track!r}")
+        if self.induction_action not in INDUCTION_ACTIONS:
+            raise ValueError(f"induction_action must be one of {INDUCTION_ACTIONS}, got {self.induction_action!r}")
         if self.route_by not in ROUTE_BY:
             raise ValueError(f"route_by must be one of {ROUTE_BY}, got {self.route_by!r}")
         if self.route_by != "lesson" and not (self.verify and self.ground_truth):

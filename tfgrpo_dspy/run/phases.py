@@ -171,13 +171,21 @@ class Phases:
                                                  format_contrast(induction_set, inputs, ctx.reference))
         if raw is None:
             return Induction(sources, sample, contrast, error=error, usage=usage)
-        lesson = render_lesson(first_sentence(raw.condition), first_sentence(raw.action))
+        lesson = render_lesson(first_sentence(raw.condition), self._action(induction_set, raw.action))
         written = f"condition: {raw.condition} | action: {raw.action}"
         if not lesson:
             return Induction(sources, sample, contrast, raw=written, dropped_because="empty part", usage=usage)
         verdict = ctx.guard.check(lesson, [ctx.material(i) for i in sources])
         return Induction(sources, sample, contrast, lesson=verdict.text, raw=written,
                          dropped_because=verdict.reason if verdict.text is None else None, usage=usage + verdict.usage)
+
+    def _action(self, induction_set: InductionSet, written: str) -> str:
+        """The rule's action: the LM's first sentence, or, with ``induction_action="reference"`` and failures that
+        share one reference, that answer (the 1.5B model named it in few actions: on development seed 11, 24 of 28
+        candidates changed no answer to it, and the one that said "the queue: retention" fixed 5 of 6)."""
+        if self.ctx.settings.induction_action == "reference" and induction_set.shared:
+            return f"answer with {induction_set.failures[0].reference}"
+        return first_sentence(written)
 
     # -- verify -------------------------------------------------------------------------------------
     def verify(self, step: int, proposals: Sequence[Proposal], inductions: Sequence[Induction],
