@@ -16,6 +16,7 @@ seed and the same held-out decoding:
     tfgrpo_on_bootstrap TrainingFreeGRPO on the BootstrapFewShot program of the same run (demos kept)
     tfgrpo_by_answer    TrainingFreeGRPO gated, each lesson routed to the training inputs with its target answer
                         (route_by="answer", no shift check)
+    tfgrpo_by_answer_stated  the same, each induced rule's action the answer its failures share, written in code
     nearest_label       no model: the answer of the nearest training input (BM25), what routing can reach
 
 and the paper's ablations (arXiv 2510.08191, section 4), each the paper's recipe with one change:

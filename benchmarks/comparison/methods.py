@@ -145,6 +145,13 @@ def compile_tfgrpo_by_answer(ctx: MethodContext) -> Compiled:
     return _compile_tfgrpo_with(ctx, valset=ctx.split.selection, route_by="answer", verify_shift=False)
 
 
+def compile_tfgrpo_by_answer_stated(ctx: MethodContext) -> Compiled:
+    """``tfgrpo_by_answer``, and an induced rule's action is the answer its failures share, written in code
+    (``induction_action="reference"``): the 1.5B model's own actions seldom named it."""
+    return _compile_tfgrpo_with(ctx, valset=ctx.split.selection, route_by="answer", verify_shift=False,
+                                induction_action="reference")
+
+
 class NearestLabel(dspy.Module):
     """No model: the reference answer of the training input nearest to the call's input, by the BM25 the routed
     libraries use (what routing by example can reach when every lesson is followed to the letter)."""
@@ -254,6 +261,7 @@ COMPILERS: dict[str, Callable[[MethodContext], Compiled]] = {
     "tfgrpo": compile_tfgrpo,
     "tfgrpo_on_bootstrap": compile_tfgrpo_on_bootstrap,
     "tfgrpo_by_answer": compile_tfgrpo_by_answer,
+    "tfgrpo_by_answer_stated": compile_tfgrpo_by_answer_stated,
     "nearest_label": compile_nearest_label,
     "knn": compile_knn,
     "direct_tips": compile_direct_tips,
