@@ -252,6 +252,19 @@ def test_a_development_preset_draws_another_seed_than_the_reported_one(dev, repo
     assert {"nearest_label", "labeled", "tfgrpo_by_answer"} <= set(dev.methods)
 
 
+def test_a_tfgrpo_option_reaches_every_tfgrpo_method_and_only_its_own_run_directory():
+    args = cli.parse_args(["--preset", "smoke", "--tfgrpo-option", "verify_precision=0.4"])
+    budget = cli.preset_budget(args)
+    assert budget.tfgrpo_options == {"verify_precision": 0.4}
+    split = splits.tickets_split(replace(budget, task="tickets"), 1000)
+    ctx = methods.MethodContext(split, metering.Roles.of(scripted_lm(ticket_router)), budget, seed=0)
+    assert methods.tfgrpo_optimizer(ctx, route_by="answer").settings.verify_precision == 0.4
+    plain = runs_manifest("smoke", presets.PRESETS["smoke"], "local", {"tickets": split})
+    assert "tfgrpo_options" not in plain["budget"]  # run directories from before the option still resume
+    assert runs_manifest("smoke", budget, "local", {"tickets": split})["budget"]["tfgrpo_options"] == \
+        {"verify_precision": 0.4}
+
+
 def test_the_tickets_preset_holds_out_300_fresh_tickets():
     preset = presets.PRESETS["tickets"]
     assert preset.test_n >= 300 and preset.data_seed >= 1000 and preset.k == 1 and preset.eval_temperature == 0

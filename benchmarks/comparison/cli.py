@@ -56,6 +56,9 @@ def parse_args(argv: Sequence[str] | None, doc: str = __doc__ or "") -> argparse
     parser.add_argument("--lm", default="local", help="'local', 'local:0.5b' (engine-backed LMs only)")
     parser.add_argument("--lm-option", action="append", type=parse_lm_option, default=[], metavar="KEY=VALUE",
                         help="override one of the preset's LM options (e.g. n_parallel=2); repeatable")
+    parser.add_argument("--tfgrpo-option", action="append", type=parse_lm_option, default=[], metavar="KEY=VALUE",
+                        help="a TrainingFreeGRPO setting every tfgrpo method takes last (e.g. verify_precision=0.4; "
+                             "use its own --stem); repeatable")
     parser.add_argument("--methods", nargs="+", choices=list(COMPILERS),
                         help="the methods to run (default: the preset's)")
     ablations = parser.add_mutually_exclusive_group()
@@ -122,7 +125,7 @@ def preset_budget(args: argparse.Namespace) -> Budget:
     budget = PRESETS[args.preset]
     options = dict(budget.lm_options) if args.lm.startswith("local") else {}
     options.update(dict(args.lm_option))
-    budget = replace(budget, lm_options=options)
+    budget = replace(budget, lm_options=options, tfgrpo_options=dict(args.tfgrpo_option))
     if getattr(args, "no_repeat", False):
         budget = replace(budget, repeat_none=False)
     if getattr(args, "gate_checks", None) is not None:

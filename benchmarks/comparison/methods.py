@@ -113,6 +113,7 @@ def tfgrpo_optimizer(ctx: MethodContext, **overrides: Any) -> TrainingFreeGRPO:
                                     progress=False, log_dir=str(ctx.log_dir) if ctx.log_dir else None)
     settings.update(ctx.split.tfgrpo_settings)
     settings.update(overrides)
+    settings.update(b.tfgrpo_options)
     return TrainingFreeGRPO(**settings)
 
 

@@ -68,6 +68,9 @@ class Budget:
     gate_checks: int = 0
     # Options of the embedded model's server (tfgrpo_dspy.lm.make_lm("local", **lm_options)).
     lm_options: dict[str, Any] = field(default_factory=dict)
+    # TrainingFreeGRPO settings every tfgrpo method of the run takes last (a development variant, e.g.
+    # verify_precision=0.4; a run directory holds one set of them).
+    tfgrpo_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("train_n", "selection_n", "test_n", "k", "seeds", "num_threads", "labeled_k", "simba_bsize",
@@ -91,6 +94,8 @@ class Budget:
             raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHODS + ABLATIONS)}")
         if not isinstance(self.lm_options, dict) or not all(isinstance(key, str) for key in self.lm_options):
             raise ValueError(f"lm_options must be a dict of option names to values, got {self.lm_options!r}")
+        if not isinstance(self.tfgrpo_options, dict) or not all(isinstance(k, str) for k in self.tfgrpo_options):
+            raise ValueError(f"tfgrpo_options must be a dict of setting names to values, got {self.tfgrpo_options!r}")
 
 
     def methods_on_seed(self, methods: Sequence[str], seed: int) -> list[str]:

@@ -105,6 +105,8 @@ def runs_manifest(preset: str, budget: Budget, lm_spec: str, splits: dict[str, S
     # Seeds and methods may grow between runs; the repeat and the gate checks add records, never change one.
     settings = {key: value for key, value in asdict(budget).items()
                 if key not in ("seeds", "methods", "more_seeds_for", "repeat_none", "gate_checks")}
+    if not settings["tfgrpo_options"]:  # run directories made before the option existed stay resumable
+        del settings["tfgrpo_options"]
     data = {task: {"source": s.source, "sha256": _sha([[e.toDict() for e in part]
                                                       for part in (s.train, s.selection, s.test)])}
             for task, s in splits.items()}
