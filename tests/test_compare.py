@@ -270,7 +270,7 @@ def test_the_tickets_preset_holds_out_300_fresh_tickets():
     assert preset.test_n >= 300 and preset.data_seed >= 1000 and preset.k == 1 and preset.eval_temperature == 0
     assert preset.methods == presets.LABEL_HEAD_TO_HEAD and "knn" in preset.methods
     split = splits.tickets_split(preset, preset.data_seed)
-    assert (len(split.train), len(split.selection), len(split.test)) == (24, 16, 300)
+    assert (len(split.train), len(split.selection), len(split.test)) == (80, 40, 300)
     from tfgrpo_dspy.kits.tickets.generator import generate_tickets
 
     used_before = {e.ticket for e in generate_tickets(300, 0, split="heldout")}  # studies and the demo: seed 0

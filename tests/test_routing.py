@@ -150,6 +150,19 @@ def test_routed_by_answer_a_lesson_reaches_every_input_nearest_an_example_of_its
     assert answer.routed_to((2,)) == [2, 0, 1, 2, 3]
 
 
+def test_routed_by_answer_the_shift_check_is_off_unless_asked():
+    """Routed by answer, a lesson the policy follows to the letter is right exactly where its shift is, so the
+    shift check defaults off there (and stays on elsewhere); asked for, it is kept, and the manifest says which."""
+    assert TrainingFreeGRPOSettings().verify_shift is True
+    assert TrainingFreeGRPOSettings(route_by="example").verify_shift is True
+    by_answer = TrainingFreeGRPOSettings(route_by="answer")
+    assert by_answer.verify_shift is False and by_answer.manifest()["verify_shift"] is False
+    assert TrainingFreeGRPOSettings(route_by="answer", verify_shift=True).verify_shift is True
+    trainset = questions(0, 4, 4)
+    assert verifier(trainset, route_by="answer").shift_score is None
+    assert verifier(trainset, route_by="answer", verify_shift=True).shift_score is not None
+
+
 def test_route_by_example_needs_verified_lessons():
     with pytest.raises(ValueError, match="route_by='example'.*verify=True"):
         TrainingFreeGRPOSettings(route_by="example", verify=False)

@@ -347,7 +347,7 @@ def test_task_loads_disjoint_splits_and_runs_the_program_with_a_scripted_lm():
     with pytest.raises(ValueError, match="source"):
         task.load_evalset(TaskData(source="tickets.jsonl"))
     default_train = task.load_trainset(TaskData())
-    assert len(default_train) == task.default_train_n == 24
+    assert len(default_train) == task.default_train_n == 80 and task.default_selection_n == 40
     assert len(task.load_evalset(TaskData())) == task.default_eval_n == 100
     assert {e.rule for e in default_train} == set(RULE_NAMES)
     assert [e.toDict() for e in task.load_trainset(TaskData(n=5, seed=7))] == [

@@ -98,8 +98,9 @@ class TrainingFreeGRPOSettings:
                                  minimum=1)
     verify_precision: float = setting(0.6, "share of the answers a lesson changed where shown that it fixed "
                                       "(fixes / (fixes + breaks + other changes)) it needs to be kept", minimum=0)
-    verify_shift: bool = setting(True, "drop a lesson that is right on no more of the examples it was shown to than "
-                                 "its shift: answering the answer it moved most answers to, to every one of them")
+    verify_shift: bool | None = setting(None, "drop a lesson that is right on no more of the examples it was shown "
+                                        "to than its shift: answering the answer it moved most answers to, to every "
+                                        "one of them; None = True unless route_by='answer' (see __post_init__)")
     verify_batch: int = setting(12, "other training examples a lesson is tried on once it fixed one it came from",
                                 minimum=0)
     max_trajectory_chars: int | None = setting(8000, "most characters of trajectory one reflection call reads "
@@ -162,6 +163,10 @@ class TrainingFreeGRPOSettings:
             raise ValueError(f"route_by={self.route_by!r} routes each lesson to training examples by their labels and "
                              "its verification: it needs verify=True and ground_truth=True; otherwise use "
                              "route_by='lesson'")
+        if self.verify_shift is None:
+            # Routed by answer, a lesson is shown where the nearest training input has its target, so one the policy
+            # follows to the letter is right exactly where its shift is: the check would drop every followed rule.
+            object.__setattr__(self, "verify_shift", self.route_by != "answer")
         if not 0 <= self.temperature <= 2:
             raise ValueError(f"temperature must be in [0, 2], got {self.temperature!r}")
         if not 0 <= self.val_fraction < 1:

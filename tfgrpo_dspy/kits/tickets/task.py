@@ -11,7 +11,10 @@ from tfgrpo_dspy.kits.tickets.metric import queue_match
 from tfgrpo_dspy.kits.tickets.rules import QUEUES
 from tfgrpo_dspy.tasks import Task, TaskData
 
-DEFAULT_TRAIN_N = 24  # every house rule two or three times (10 rules taken in turn)
+# 80 training and 40 selection tickets: every house rule about eight and four times (10 rules taken in turn), so
+# a rule can be induced from several failures and verified on more. At 24 + 16 compiles kept 1-3 lessons.
+DEFAULT_TRAIN_N = 80
+DEFAULT_SELECTION_N = 40
 DEFAULT_EVAL_N = 100  # every house rule ten times
 # Groups of 4 fill the 4 parallel sequences of the embedded model; one epoch = one library update. The
 # reference is the queue only: the rule that decided it is the answer key, not something feedback reveals.
@@ -20,13 +23,15 @@ DEFAULT_EVAL_N = 100  # every house rule ten times
 # training seed 0 on 2026-12-02: 9 and 7 mixed groups, none), while the induction over failures that share
 # their queue found every lesson that was kept. At 32 words, 12 of 18 induced rules were dropped as too long
 # even after a shortening call (dev seed 11), so a ticket rule may have 48.
-# Lessons are routed by the training tickets they were verified on (route_by="example"): on 200 development
-# tickets (seed 2000), pooled over two compiles, not measurably different from routing by the lessons' words
-# (-0.5 points [-5.2, +4.2], 44 won / 46 lost; benchmarks/results/demo_recipe.md), and far cheaper: a candidate
-# is re-run only on the tickets routed to it, and a call no lesson reaches repeats an answered prompt, which
-# brings the demo within 15 minutes.
+# Lessons are routed by answer (a call sees the lessons whose target is the queue of its nearest training ticket)
+# and an induced rule's action is the queue its failures share, written in code: on development seed 11 (80 + 40
+# tickets, 100 held-out; benchmarks/results/compare_tickets_dev.md) routed by the verified examples no candidate
+# verified, routed by answer with the model's own actions 20.0% (one lesson), with the shared queue as action 28.0%
+# against none's 12.0% (+16.0 [+9.0, +24.0], 16 won / 0 lost). Routed by answer the shift check is off (see
+# TrainingFreeGRPOSettings.verify_shift); the gate still compares each step with the selection set's best constant.
 TRAIN_DEFAULTS = {"group_size": 4, "epochs": 1, "temperature": 0.7, "num_threads": 4,
-                  "reference_fields": ("queue",), "extraction": False, "max_words": 48, "route_by": "example"}
+                  "reference_fields": ("queue",), "extraction": False, "max_words": 48, "route_by": "answer",
+                  "induction_action": "reference"}
 # Greedy evaluation: routing has one right answer, and greedy makes with/without-library runs comparable.
 EVAL_DEFAULTS = {"k": 1, "temperature": 0.0}
 
@@ -72,6 +77,7 @@ TICKETS = Task(
     train_defaults=TRAIN_DEFAULTS,
     eval_defaults=EVAL_DEFAULTS,
     default_train_n=DEFAULT_TRAIN_N,
+    default_selection_n=DEFAULT_SELECTION_N,
     default_eval_n=DEFAULT_EVAL_N,
 )
 
