@@ -17,6 +17,7 @@ seed and the same held-out decoding:
     tfgrpo_by_answer    TrainingFreeGRPO gated, each lesson routed to the training inputs with its target answer
                         (route_by="answer", no shift check)
     tfgrpo_by_answer_stated  the same, each induced rule's action the answer its failures share, written in code
+    tfgrpo_phrases      tfgrpo with a contrast phrase proposed per set of failures sharing an answer (no LM call)
     nearest_label       no model: the answer of the nearest training input (BM25), what routing can reach
 
 and the paper's ablations (arXiv 2510.08191, section 4), each the paper's recipe with one change:

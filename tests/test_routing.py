@@ -71,6 +71,19 @@ def test_a_call_is_shown_the_lessons_of_its_nearest_training_input_and_never_its
     assert routed_lessons(library, REFUND, 1).texts == [GOOD]
 
 
+def test_of_a_routes_lessons_a_call_is_shown_the_one_its_input_is_about():
+    # Routed by answer, one route holds every lesson of its queue: top_k=1 picks by the call's words, so a rule
+    # kept after the first one of its queue is still shown where it applies.
+    chargeback = 'When the input contains "chargeback", answer with queue: trust-safety.'
+    data = 'When the input contains "data" and "EU", answer with queue: trust-safety.'
+    library = ExperienceLibrary.from_texts([chargeback, data])
+    library.route(1, [REFUND], everyone=[REFUND, HOURS])
+    library.route(2, [REFUND])
+    assert routed_lessons(library, "a refund and a chargeback on my order", 1).texts == [chargeback]
+    assert routed_lessons(library, "delete my data, I am in the EU; refund my order", 1).texts == [data]
+    assert routed_lessons(library, "a refund for my order", 2).texts == [chargeback, data]
+
+
 def test_a_routed_program_saved_and_loaded_the_dspy_way_shows_what_it_was_compiled_with(tmp_path):
     program = with_experiences(dspy.Predict("question -> answer"), routed_library())
     program.save(tmp_path / "p.json")

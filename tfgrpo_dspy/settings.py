@@ -92,6 +92,10 @@ class TrainingFreeGRPOSettings:
     induction_action: str = setting("model", "who writes an induced rule's action: 'model' = the reflection LM; "
                                     "'reference' = when the failures share one reference answer, code writes "
                                     "'answer with <it>' and the LM's condition is kept (otherwise the LM's action)")
+    induction_phrases: bool = setting(False, "also propose, for each set of failures sharing a reference, the "
+                                      "phrase (or two) most of them contain that training inputs with other "
+                                      "references mostly lack, as 'When the input contains ..., answer with <it>' "
+                                      "(no LM call; see tfgrpo_dspy.reflection.phrases)")
     verify: bool = setting(True, "keep a proposed lesson only if re-running the policy greedily on training examples "
                            "with it fixes more than it breaks (see verify_margin); False = the update step decides")
     verify_margin: int = setting(2, "fixes minus breaks (training examples where the lesson was shown) a lesson needs",

@@ -153,6 +153,12 @@ def compile_tfgrpo_by_answer_stated(ctx: MethodContext) -> Compiled:
                                 induction_action="reference")
 
 
+def compile_tfgrpo_phrases(ctx: MethodContext) -> Compiled:
+    """``tfgrpo`` (the kit's defaults) with a contrast phrase proposed for each set of failures that share their
+    answer (``induction_phrases=True``, `tfgrpo_dspy.reflection.phrases`) beside the model's own candidates."""
+    return _compile_tfgrpo_with(ctx, valset=ctx.split.selection, induction_phrases=True)
+
+
 class NearestLabel(dspy.Module):
     """No model: the reference answer of the training input nearest to the call's input, by the BM25 the routed
     libraries use (what routing by example can reach when every lesson is followed to the letter)."""
@@ -263,6 +269,7 @@ COMPILERS: dict[str, Callable[[MethodContext], Compiled]] = {
     "tfgrpo_on_bootstrap": compile_tfgrpo_on_bootstrap,
     "tfgrpo_by_answer": compile_tfgrpo_by_answer,
     "tfgrpo_by_answer_stated": compile_tfgrpo_by_answer_stated,
+    "tfgrpo_phrases": compile_tfgrpo_phrases,
     "nearest_label": compile_nearest_label,
     "knn": compile_knn,
     "direct_tips": compile_direct_tips,

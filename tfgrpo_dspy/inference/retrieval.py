@@ -1,11 +1,11 @@
 """Which lessons one call is shown: the k most relevant to its inputs, or those of the nearest training input.
 
 Without routes, a call is shown the ``top_k`` lessons nearest its inputs (BM25 over the lesson texts, query = the
-input values, `relevant_lessons`); with routes (``route_by="example"``), the lessons of the training input
-nearest its inputs (`routed_lessons`). A rollout of a training example is routed by the nearest OTHER training
-input (`leaving_out`), as a new input would be. The lessons shown inside `collect_shown_lessons` are collected
-for the verification to credit. `RETRIEVAL` and `ROUTING` name the choice: saved with a program, they change
-whenever the choice of lessons does.
+input values, `relevant_lessons`); with routes (``route_by="example"`` or ``"answer"``), the ``top_k`` most
+relevant of the lessons of the training input nearest its inputs (`routed_lessons`). A rollout of a training
+example is routed by the nearest OTHER training input (`leaving_out`), as a new input would be. The lessons shown
+inside `collect_shown_lessons` are collected for the verification to credit. `RETRIEVAL` and `ROUTING` name the
+choice: saved with a program, they change whenever the choice of lessons does.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from rank_bm25 import BM25Okapi
 from tfgrpo_dspy.library.library import ExperienceLibrary
 
 RETRIEVAL = "bm25-lucene-idf"  # see LuceneBM25; the name changes whenever the choice of lessons does
-ROUTING = "nearest-route-bm25-lucene-idf"  # the same, for a library with routes
+ROUTING = "nearest-route-then-bm25-lucene-idf"  # the nearest route's lessons, then the same within them
 
 
 def relevant_lessons(library: ExperienceLibrary, query: str, k: int | None) -> ExperienceLibrary:
@@ -58,8 +58,11 @@ def leaving_out(route_input: str) -> Iterator[None]:
 
 
 def routed_lessons(library: ExperienceLibrary, query: str, k: int | None) -> ExperienceLibrary:
-    """The lessons (at most ``k``) of the route whose input is nearest to ``query`` (BM25), other than the one
-    left out; none when no route shares a word with the query or the nearest route has no lesson."""
+    """The lessons of the route whose input is nearest to ``query`` (BM25), other than the one left out, and of
+    those the ``k`` most relevant to ``query`` (`relevant_lessons`); none when no route shares a word with the
+    query or the nearest route has no lesson. Routed by answer, a route holds every lesson with its answer (a
+    chargeback rule and a data-request rule for one queue): the query picks the one it is about, and a new
+    candidate is not hidden behind the lesson kept before it."""
     left_out = _LEFT_OUT.get()
     routes = [r for r in library.routes if r.input != left_out]
     words = retrieval_words(query)
@@ -67,9 +70,10 @@ def routed_lessons(library: ExperienceLibrary, query: str, k: int | None) -> Exp
         return ExperienceLibrary([], next_id=library.next_id)
     scores = LuceneBM25([retrieval_words(r.input) for r in routes]).get_scores(words)
     best = max(range(len(routes)), key=lambda i: (scores[i], -i))
-    chosen = set(routes[best].lessons[:k]) if scores[best] > 0 else set()
-    return ExperienceLibrary([e for e in library if e.id in chosen], max_experiences=library.max_experiences,
-                             max_words=library.max_words, next_id=library.next_id)
+    chosen = set(routes[best].lessons) if scores[best] > 0 else set()
+    nearest = ExperienceLibrary([e for e in library if e.id in chosen], max_experiences=library.max_experiences,
+                                max_words=library.max_words, next_id=library.next_id)
+    return relevant_lessons(nearest, query, k)
 
 
 def shown_lessons(library: ExperienceLibrary, query: str, k: int | None) -> ExperienceLibrary:

@@ -24,9 +24,10 @@ _ANY_CAPITALIZED = re.compile(r"\b[A-Z][a-z]{2,}\b")
 GENERAL_NUMBERS = frozenset({str(n) for n in range(13)} | {"24", "60", "100", "1000", "365", "52", "30", "7"})
 MIN_COPIED_WORDS = 6  # a copied clause, longer than the stock phrases lessons and tasks share
 MIN_COMMON, COMMON_FRACTION = 3, 0.1  # a number or name this frequent in the training set is vocabulary
-_STOPWORDS = frozenset(
+STOPWORDS = frozenset(
     "a an the of to in on at by for with and or but if when then than that this these those it its is are was "
-    "were be been being do does did so as from into each every any all not no".split()
+    "were be been being do does did so as from into each every any all not no i we you they me us them my our your "
+    "their have has had can could would will".split()
 )
 
 
@@ -39,7 +40,7 @@ def render_lesson(condition: str, action: str) -> str:
         return ""
     # "When The inputs ..." would read "The" as a name, and the guard would drop the lesson for naming "the".
     first, _, rest = condition.partition(" ")
-    if first.casefold() in _STOPWORDS:
+    if first.casefold() in STOPWORDS:
         condition = " ".join(filter(None, (first.casefold(), rest)))
     action = action[0].lower() + action[1:] if action[:2] != action[:2].upper() else action
     return f"When {condition}, {action}."
@@ -150,7 +151,7 @@ def vague_condition(lesson: str, field_names: Iterable[str] = ()) -> str | None:
 
 # -- clustering near-duplicates ------------------------------------------------------------------
 def content_words(text: str) -> frozenset[str]:
-    return frozenset(w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS)
+    return frozenset(w for w in _WORD.findall(text.lower()) if w not in STOPWORDS)
 
 
 def similarity(a: str, b: str) -> float:

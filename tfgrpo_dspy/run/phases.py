@@ -42,6 +42,7 @@ from tfgrpo_dspy.reflection.induction import (
     induction_sets,
 )
 from tfgrpo_dspy.reflection.lessons import LessonCluster, cluster_lessons, render_lesson
+from tfgrpo_dspy.reflection.phrases import contrast_phrase
 from tfgrpo_dspy.reflection.records import Lesson, Proposal, RolloutSummary, UpdateDecision
 from tfgrpo_dspy.run.context import RunContext
 from tfgrpo_dspy.run.judgement import LessonCheck
@@ -50,6 +51,7 @@ from tfgrpo_dspy.run.verification import CandidateLesson
 
 logger = logging.getLogger(__name__)
 
+PHRASE = -1  # the draw number of an induction that code wrote (`contrast_phrase`), not the LM
 K = TypeVar("K")
 R = TypeVar("R")
 
@@ -154,11 +156,29 @@ class Phases:
         # were slower (0.76x over two rounds, benchmarks/results/sample_coalescing_sets.md): unlike a rollout,
         # a draw decodes long, and one n-request decodes fewer sequences at a time than four separate calls.
         jobs = [(n, k) for k in range(s.num_candidates) for n in range(len(sets))]
+        # A set's contrast phrase is draw PHRASE: code, not the LM, so one per set.
+        jobs += [(n, PHRASE) for n, x in enumerate(sets) if s.induction_phrases and x.shared]
         results = self.cached_map(
-            step, "inductions", jobs, lambda job: f"set{job[0] + 1:02d}_d{job[1]}",
-            lambda job: self._induce_one(sets[job[0]], (step - 1) * s.num_candidates + job[1]), Induction,
+            step, "inductions", jobs,
+            lambda job: f"set{job[0] + 1:02d}_" + ("phrase" if job[1] == PHRASE else f"d{job[1]}"),
+            lambda job: (self._phrase_one(sets[job[0]]) if job[1] == PHRASE
+                         else self._induce_one(sets[job[0]], (step - 1) * s.num_candidates + job[1])), Induction,
             role="reflection", failed=lambda r: r.error is not None, desc=f"step {step} inductions")
         return [results[job] for job in jobs]
+
+    def _phrase_one(self, induction_set: InductionSet) -> Induction:
+        """The set's contrast phrase as a rule whose action is the reference the set shares, through the guard."""
+        ctx, sources, contrast = self.ctx, list(induction_set.sources), list(induction_set.contrast)
+        reference = induction_set.failures[0].reference
+        found = contrast_phrase(sources, reference, [ctx.task_text(i) for i in range(len(ctx.trainset))],
+                                ctx.reference)
+        if found is None:
+            return Induction(sources, PHRASE, contrast, dropped_because="no precise phrase")
+        written = f"phrases: {list(found.phrases)}, {found.support} of {found.matches} training inputs"
+        lesson = render_lesson(found.condition, f"answer with {reference}")
+        verdict = ctx.guard.check(lesson, [ctx.material(i) for i in sources])
+        return Induction(sources, PHRASE, contrast, lesson=verdict.text, raw=written,
+                         dropped_because=verdict.reason if verdict.text is None else None, usage=verdict.usage)
 
     def _induce_one(self, induction_set: InductionSet, sample: int) -> Induction:
         ctx, sources, contrast = self.ctx, list(induction_set.sources), list(induction_set.contrast)
