@@ -834,3 +834,14 @@ def test_lesson_prefix_compares_whole_prefixes_with_bases_answer_by_answer(monke
     # Every call reached the model (DSPy's cache off): the two load calls, then both workloads once.
     assert [len(lm.engine.calls) for lm in made] == [2 + candidates["calls"] + top_1["calls"]] * 3
     assert "flips between the two base runs" in (tmp_path / "lp.md").read_text()
+
+
+def test_lesson_wording_states_every_house_rule_three_ways_with_its_own_condition_and_queue():
+    bench = load_script("lesson_wording")
+    from tfgrpo_dspy.kits.tickets.rules import HOUSE_RULES
+
+    for rule in HOUSE_RULES:
+        house, route_to, answer_with = (bench.WORDINGS[n](rule) for n in ("house", "route-to", "answer-with"))
+        assert house == rule.lesson and house.startswith(bench.condition(rule))
+        assert route_to == f"{bench.condition(rule)}, route it to {rule.queue}."
+        assert answer_with == f"{bench.condition(rule)}, answer with queue: {rule.queue}."

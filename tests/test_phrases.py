@@ -61,8 +61,9 @@ class VagueConditions(Router):
 
 
 def questions(start: int, refunds: int, others: int) -> list[dspy.Example]:
-    rows = [(f"Route this: I want a refund, number {start + i}.", "payments") for i in range(refunds)]
-    rows += [(f"Route this: I want opening hours, number {start + i}.", "general") for i in range(others)]
+    # The telling word starts a line: the phrase is read from the text as written, not from JSON ("\\nrefund").
+    rows = [(f"Route this, number {start + i}:\nrefund, I want one.", "payments") for i in range(refunds)]
+    rows += [(f"Route this, number {start + i}:\nopening hours, I want one.", "general") for i in range(others)]
     return [dspy.Example(question=q, answer=a).with_inputs("question") for q, a in rows]
 
 

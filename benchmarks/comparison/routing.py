@@ -36,10 +36,11 @@ class RoutedRules(dspy.Module):
     """The ticket program shown one true house rule per ticket, the one ``route`` names for its text: how well the
     model follows a rule, apart from which rule a lesson retrieval would have shown."""
 
-    def __init__(self, route: Callable[[str], str]):
+    def __init__(self, route: Callable[[str], str], wording: Callable[[Any], str] | None = None):
         super().__init__()
         self.route = route
-        self.by_rule = {rule.name: with_experiences(TICKETS.make_program(), ExperienceLibrary.from_texts([rule.lesson]),
+        words = wording or (lambda rule: rule.lesson)  # each rule's lesson as written in the kit by default
+        self.by_rule = {rule.name: with_experiences(TICKETS.make_program(), ExperienceLibrary.from_texts([words(rule)]),
                                                     top_k=None) for rule in HOUSE_RULES}
 
     def forward(self, ticket: str) -> dspy.Prediction:

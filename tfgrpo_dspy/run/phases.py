@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import tqdm
 
 from tfgrpo_dspy.inference.injection import with_experiences
+from tfgrpo_dspy.inference.retrieval import route_text
 from tfgrpo_dspy.inference.rollouts import GroupOutcome, Rollout, apply_majority_vote, run_rollout
 from tfgrpo_dspy.library.edits import ApplyReport
 from tfgrpo_dspy.library.library import ExperienceLibrary
@@ -170,8 +171,9 @@ class Phases:
         """The set's contrast phrase as a rule whose action is the reference the set shares, through the guard."""
         ctx, sources, contrast = self.ctx, list(induction_set.sources), list(induction_set.contrast)
         reference = induction_set.failures[0].reference
-        found = contrast_phrase(sources, reference, [ctx.task_text(i) for i in range(len(ctx.trainset))],
-                                ctx.reference)
+        # The input values as written (task_text is JSON of the inputs: its "\n" would join a ticket's lines).
+        texts = [route_text(example.inputs().toDict()) for example in ctx.trainset]
+        found = contrast_phrase(sources, reference, texts, ctx.reference)
         if found is None:
             return Induction(sources, PHRASE, contrast, dropped_because="no precise phrase")
         written = f"phrases: {list(found.phrases)}, {found.support} of {found.matches} training inputs"
