@@ -284,6 +284,18 @@ def test_with_the_reference_as_action_a_rule_names_the_answer_its_failures_share
     assert compiled.experience_library.texts == learned
 
 
+def test_the_reference_action_is_written_in_the_settings_wording():
+    compiled, _ = compile_router(VagueActions(), questions(0, 4, 4), valset=questions(100, 2, 2), extraction=False,
+                                 induction_action="reference", reference_action="route it to {answer}")
+    assert compiled.experience_library.texts == ["When the question asks for a refund, route it to payments."]
+
+
+@pytest.mark.parametrize("template", ["route it to the right team", "route it to {queue}", "answer {answer"])
+def test_a_reference_action_must_name_the_reference_and_nothing_else(template):
+    with pytest.raises(ValueError, match="reference_action"):
+        TrainingFreeGRPOSettings(reference_action=template)
+
+
 def test_induction_action_is_checked():
     with pytest.raises(ValueError, match="induction_action must be one of"):
         TrainingFreeGRPOSettings(induction_action="code")

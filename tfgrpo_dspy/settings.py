@@ -11,12 +11,14 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import string
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 PLACEMENTS = ("instructions", "input", "both")
 INDUCTION_ACTIONS = ("model", "reference")
 ROUTE_BY = ("lesson", "example", "answer")
+REFERENCE_ACTION_FIELDS = ("reference", "answer")  # what a reference_action template may name
 TRACKERS = (None, "mlflow")  # where a compile reports progress besides its log directory (tfgrpo_dspy.run.tracking)
 # Each call sees its one most relevant lesson: the best dose for the embedded model on 100 held-out tickets
 # (benchmarks/results/lessons_study.md: the house rules at top 1 +25 points [+14, +36] against none and +14
@@ -92,6 +94,10 @@ class TrainingFreeGRPOSettings:
     induction_action: str = setting("model", "who writes an induced rule's action: 'model' = the reflection LM; "
                                     "'reference' = when the failures share one reference answer, code writes "
                                     "'answer with <it>' and the LM's condition is kept (otherwise the LM's action)")
+    reference_action: str = setting("answer with {reference}", "how code writes a rule's action when its failures "
+                                    "share one reference (induction_action='reference', contrast phrases): "
+                                    "{reference} = the reference as 'field: value', {answer} = its value alone; "
+                                    "e.g. 'route it to {answer}'")
     induction_phrases: bool = setting(False, "also propose, for each set of failures sharing a reference, the "
                                       "phrase (or two) most of them contain that training inputs with other "
                                       "references mostly lack, as 'When the input contains ..., answer with <it>' "
@@ -161,6 +167,7 @@ class TrainingFreeGRPOSettings:
             raise ValueError(f"track must be one of {TRACKERS[1:]} or None, got {self.track!r}")
         if self.induction_action not in INDUCTION_ACTIONS:
             raise ValueError(f"induction_action must be one of {INDUCTION_ACTIONS}, got {self.induction_action!r}")
+        _validate_reference_action(self.reference_action)
         if self.route_by not in ROUTE_BY:
             raise ValueError(f"route_by must be one of {ROUTE_BY}, got {self.route_by!r}")
         if self.route_by != "lesson" and not (self.verify and self.ground_truth):
@@ -214,6 +221,18 @@ def _normalize(value: Any) -> Any:
 
 def _jsonable(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
+
+
+def _validate_reference_action(template: str) -> None:
+    """``reference_action`` must name the reference (``{reference}`` or ``{answer}``) and nothing else."""
+    try:
+        named = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as error:
+        raise ValueError(f"reference_action is not a format template ({error}): {template!r}") from None
+    unknown = named - set(REFERENCE_ACTION_FIELDS)
+    if unknown or not named:
+        raise ValueError("reference_action must name {reference} or {answer} and no other field, got "
+                         f"{template!r}")
 
 
 def _validate(spec: Any, value: Any) -> None:

@@ -159,6 +159,12 @@ def compile_tfgrpo_phrases(ctx: MethodContext) -> Compiled:
     return _compile_tfgrpo_with(ctx, valset=ctx.split.selection, induction_phrases=True)
 
 
+def compile_tfgrpo_route_to(ctx: MethodContext) -> Compiled:
+    """``tfgrpo`` (the kit's defaults) with a code-written action in the house rules' wording, "route it to X"
+    (``reference_action``), not "answer with queue: X": a routing task's wording (tickets, Banking77's intents)."""
+    return _compile_tfgrpo_with(ctx, valset=ctx.split.selection, reference_action="route it to {answer}")
+
+
 class NearestLabel(dspy.Module):
     """No model: the reference answer of the training input nearest to the call's input, by the BM25 the routed
     libraries use (what routing by example can reach when every lesson is followed to the letter)."""
@@ -270,6 +276,7 @@ COMPILERS: dict[str, Callable[[MethodContext], Compiled]] = {
     "tfgrpo_by_answer": compile_tfgrpo_by_answer,
     "tfgrpo_by_answer_stated": compile_tfgrpo_by_answer_stated,
     "tfgrpo_phrases": compile_tfgrpo_phrases,
+    "tfgrpo_route_to": compile_tfgrpo_route_to,
     "nearest_label": compile_nearest_label,
     "knn": compile_knn,
     "direct_tips": compile_direct_tips,

@@ -31,6 +31,7 @@ from tfgrpo_dspy.inference.rollouts import GroupOutcome, Rollout, apply_majority
 from tfgrpo_dspy.library.edits import ApplyReport
 from tfgrpo_dspy.library.library import ExperienceLibrary
 from tfgrpo_dspy.parallel import map_in_threads
+from tfgrpo_dspy.reflection.formatting import as_text
 from tfgrpo_dspy.reflection.induction import (
     Induction,
     InductionSet,
@@ -177,7 +178,7 @@ class Phases:
         if found is None:
             return Induction(sources, PHRASE, contrast, dropped_because="no precise phrase")
         written = f"phrases: {list(found.phrases)}, {found.support} of {found.matches} training inputs"
-        lesson = render_lesson(found.condition, f"answer with {reference}")
+        lesson = render_lesson(found.condition, self._reference_action(induction_set))
         verdict = ctx.guard.check(lesson, [ctx.material(i) for i in sources])
         return Induction(sources, PHRASE, contrast, lesson=verdict.text, raw=written,
                          dropped_because=verdict.reason if verdict.text is None else None, usage=verdict.usage)
@@ -206,8 +207,18 @@ class Phases:
         share one reference, that answer (the 1.5B model named it in few actions: on development seed 11, 24 of 28
         candidates changed no answer to it, and the one that said "the queue: retention" fixed 5 of 6)."""
         if self.ctx.settings.induction_action == "reference" and induction_set.shared:
-            return f"answer with {induction_set.failures[0].reference}"
+            return self._reference_action(induction_set)
         return first_sentence(written)
+
+    def _reference_action(self, induction_set: InductionSet) -> str:
+        """The reference the set's failures share, in the ``reference_action`` wording (on development seed 11,
+        shown its deciding house rule, the embedded model routed 85.0% of tickets told "route it to X" and 70.8%
+        told "answer with queue: X"; benchmarks/results/lesson_wording.md)."""
+        failure = induction_set.failures[0]
+        labels = self.ctx.trainset[failure.example_index].labels()
+        answer = ", ".join(as_text(labels[name]) for name in self.ctx.reference_fields or () if name in labels)
+        return self.ctx.settings.reference_action.format(reference=failure.reference,
+                                                         answer=answer or failure.reference)
 
     # -- verify -------------------------------------------------------------------------------------
     def verify(self, step: int, proposals: Sequence[Proposal], inductions: Sequence[Induction],
