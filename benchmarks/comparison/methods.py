@@ -148,9 +148,10 @@ def compile_tfgrpo_by_answer(ctx: MethodContext) -> Compiled:
 
 def compile_tfgrpo_by_answer_stated(ctx: MethodContext) -> Compiled:
     """``tfgrpo_by_answer``, and an induced rule's action is the answer its failures share, written in code
-    (``induction_action="reference"``): the 1.5B model's own actions seldom named it."""
+    (``induction_action="reference"``), worded "answer with <field: value>": the 1.5B model's own actions seldom
+    named it. (The tickets kit's defaults until 2026-12-07, when they changed to ``tfgrpo_route_to``'s wording.)"""
     return _compile_tfgrpo_with(ctx, valset=ctx.split.selection, route_by="answer", verify_shift=False,
-                                induction_action="reference")
+                                induction_action="reference", reference_action="answer with {reference}")
 
 
 def compile_tfgrpo_phrases(ctx: MethodContext) -> Compiled:
@@ -160,8 +161,8 @@ def compile_tfgrpo_phrases(ctx: MethodContext) -> Compiled:
 
 
 def compile_tfgrpo_route_to(ctx: MethodContext) -> Compiled:
-    """``tfgrpo`` (the kit's defaults) with a code-written action in the house rules' wording, "route it to X"
-    (``reference_action``), not "answer with queue: X": a routing task's wording (tickets, Banking77's intents)."""
+    """``tfgrpo`` with a code-written action in the house rules' wording, "route it to X" (``reference_action``), not
+    "answer with queue: X": a routing task's wording. The tickets kit's default since 2026-12-07."""
     return _compile_tfgrpo_with(ctx, valset=ctx.split.selection, reference_action="route it to {answer}")
 
 

@@ -29,9 +29,12 @@ DEFAULT_EVAL_N = 100  # every house rule ten times
 # verified, routed by answer with the model's own actions 20.0% (one lesson), with the shared queue as action 28.0%
 # against none's 12.0% (+16.0 [+9.0, +24.0], 16 won / 0 lost). Routed by answer the shift check is off (see
 # TrainingFreeGRPOSettings.verify_shift); the gate still compares each step with the selection set's best constant.
+# That action reads "route it to <queue>": on the same development seed, "answer with queue: <queue>" kept 2
+# lessons and scored 28.0%, "route it to <queue>" kept 4 and scored 45.0% (+17.0 [+9.0, +25.0], 19 won / 2 lost,
+# p < 0.001; benchmarks/lesson_wording.py found the model follows the second wording better).
 TRAIN_DEFAULTS = {"group_size": 4, "epochs": 1, "temperature": 0.7, "num_threads": 4,
                   "reference_fields": ("queue",), "extraction": False, "max_words": 48, "route_by": "answer",
-                  "induction_action": "reference"}
+                  "induction_action": "reference", "reference_action": "route it to {answer}"}
 # Greedy evaluation: routing has one right answer, and greedy makes with/without-library runs comparable.
 EVAL_DEFAULTS = {"k": 1, "temperature": 0.0}
 
