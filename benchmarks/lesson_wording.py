@@ -30,7 +30,7 @@ from comparison.data import tickets_split  # noqa: E402
 from comparison.evaluate import evaluate_greedy  # noqa: E402
 from comparison.presets import PRESETS  # noqa: E402
 from comparison.routing import RoutedRules  # noqa: E402
-from comparison.study import RESULTS, setup_sentence, study_setup, write_study  # noqa: E402
+from comparison.study import RESULTS, load_average, setup_sentence, study_setup, write_study  # noqa: E402
 
 from tfgrpo_dspy.demo import machine_speed
 from tfgrpo_dspy.kits.tickets.rules import HOUSE_RULES, Rule
@@ -75,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = evaluate_greedy(name, RoutedRules(decides.__getitem__, WORDINGS[name]), rows, metric, store, lm,
                                  "queue")
         scores[name] = [e.mean_score for e in report.examples]
+    setup["load_average_at_end"] = load_average()
     lines = [f"# {__doc__.splitlines()[0]}", "", setup_sentence(setup) + ".", "",
              f"Rows: {setup['rows']}; each ticket shown the house rule that decides it.", "",
              "| wording | accuracy | against house [95% CI], won / lost, p |", "|---|---|---|"]
