@@ -19,6 +19,7 @@ seed and the same held-out decoding:
     tfgrpo_by_answer_stated  the same, each induced rule's action the answer its failures share, written in code
     tfgrpo_phrases      tfgrpo with a contrast phrase proposed per set of failures sharing an answer (no LM call)
     tfgrpo_route_to     tfgrpo with a code-written action worded "route it to X" (reference_action)
+    tfgrpo_phrases_only tfgrpo with contrast phrases as its only candidates (num_candidates=0: no induction calls)
     nearest_label       no model: the answer of the nearest training input (BM25), what routing can reach
 
 and the paper's ablations (arXiv 2510.08191, section 4), each the paper's recipe with one change:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dspy
+import pytest
 from scripted import default_reflection
 from test_verification import Router, compile_router, shown_lessons
 
+from tfgrpo_dspy import TrainingFreeGRPO
 from tfgrpo_dspy.reflection.phrases import contrast_phrase, wilson_lower
 
 
@@ -74,3 +76,21 @@ def test_a_phrase_rule_is_verified_and_kept_where_the_model_written_one_is_not()
     assert without.experience_library.texts == []
     assert with_phrases.experience_library.texts == ['When the input contains "refund", answer with answer: payments.']
     assert with_phrases.tfgrpo_result.steps[0].gate == "accepted"
+
+
+def test_with_no_model_draws_the_phrase_rule_is_kept_and_no_induction_call_is_made():
+    class CountingConditions(VagueConditions):
+        def __call__(self, call):
+            self.inductions += [call.kind] if call.kind == "induce" else []
+            return super().__call__(call)
+
+    router = CountingConditions()
+    options = dict(valset=questions(100, 2, 2), extraction=False, induction_action="reference")
+    compiled, _ = compile_router(router, questions(0, 4, 4), induction_phrases=True, num_candidates=0, **options)
+    assert compiled.experience_library.texts == ['When the input contains "refund", answer with answer: payments.']
+    assert router.inductions == []
+
+
+def test_no_model_draws_without_phrases_is_refused_by_name():
+    with pytest.raises(ValueError, match="num_candidates=0"):
+        TrainingFreeGRPO(metric=lambda example, prediction, trace=None: 0.0, num_candidates=0)

@@ -172,7 +172,7 @@ def test_a_budget_stops_the_run_inside_verification():
     assert result.steps == ()
 
 
-@pytest.mark.parametrize("setting, value", [("verify_margin", 0), ("num_candidates", 0), ("induction_examples", 2)])
+@pytest.mark.parametrize("setting, value", [("verify_margin", 0), ("num_candidates", -1), ("induction_examples", 2)])
 def test_bad_verification_settings_are_refused_by_name(setting, value):
     with pytest.raises(ValueError, match=setting):
         TrainingFreeGRPO(metric=exact, **{setting: value})

@@ -89,7 +89,8 @@ class TrainingFreeGRPOSettings:
     induction_contrast: int = setting(4, "most examples an induction call is shown to tell its failures apart from: "
                                       "training examples with another reference that the program confuses with "
                                       "theirs, then their nearest inputs; 0 = failures only", minimum=0)
-    num_candidates: int = setting(3, "candidate lessons sampled per induction, each a new draw", minimum=1)
+    num_candidates: int = setting(3, "candidate lessons sampled per induction, each a new draw; 0 = no model "
+                                  "draws, contrast phrases only (needs induction_phrases=True)", minimum=0)
     induction_temperature: float = setting(0.9, "sampling temperature of the induction draws", minimum=0)
     induction_action: str = setting("model", "who writes an induced rule's action: 'model' = the reflection LM; "
                                     "'reference' = when the failures share one reference answer, code writes "
@@ -182,6 +183,9 @@ class TrainingFreeGRPOSettings:
             raise ValueError(f"temperature must be in [0, 2], got {self.temperature!r}")
         if not 0 <= self.val_fraction < 1:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction!r}")
+        if self.induction and self.num_candidates == 0 and not self.induction_phrases:
+            raise ValueError("num_candidates=0 leaves induction nothing to propose: set induction_phrases=True "
+                             "(contrast phrases, no LM call) or num_candidates >= 1")
         if not self.extraction and not (self.induction and self.ground_truth):
             raise ValueError("extraction=False leaves no source of lessons: it needs induction=True and "
                              "ground_truth=True")

@@ -166,6 +166,13 @@ def compile_tfgrpo_route_to(ctx: MethodContext) -> Compiled:
     return _compile_tfgrpo_with(ctx, valset=ctx.split.selection, reference_action="route it to {answer}")
 
 
+def compile_tfgrpo_phrases_only(ctx: MethodContext) -> Compiled:
+    """``tfgrpo`` (the kit's defaults) with contrast phrases as the only candidates: one per set of failures sharing
+    an answer, found in the training labels, and no model draws (``num_candidates=0``), so induction makes no LM
+    call."""
+    return _compile_tfgrpo_with(ctx, valset=ctx.split.selection, induction_phrases=True, num_candidates=0)
+
+
 class NearestLabel(dspy.Module):
     """No model: the reference answer of the training input nearest to the call's input, by the BM25 the routed
     libraries use (what routing by example can reach when every lesson is followed to the letter)."""
@@ -278,6 +285,7 @@ COMPILERS: dict[str, Callable[[MethodContext], Compiled]] = {
     "tfgrpo_by_answer_stated": compile_tfgrpo_by_answer_stated,
     "tfgrpo_phrases": compile_tfgrpo_phrases,
     "tfgrpo_route_to": compile_tfgrpo_route_to,
+    "tfgrpo_phrases_only": compile_tfgrpo_phrases_only,
     "nearest_label": compile_nearest_label,
     "knn": compile_knn,
     "direct_tips": compile_direct_tips,

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 METHODS = ("none", "labeled", "bootstrap", "mipro", "simba", "gepa", "tfgrpo_paper", "tfgrpo", "tfgrpo_on_bootstrap",
-           "tfgrpo_by_answer", "tfgrpo_by_answer_stated", "tfgrpo_phrases", "tfgrpo_route_to", "nearest_label",
-           "knn")
+           "tfgrpo_by_answer", "tfgrpo_by_answer_stated", "tfgrpo_phrases", "tfgrpo_route_to", "tfgrpo_phrases_only",
+           "nearest_label", "knn")
 ABLATIONS = ("direct_tips", "group1", "no_gt")
 TASKS = ("wordproblems", "gsm8k", "tickets", "banking77")
 # A method runs after the one it reads from: its student program, or the size of the library it imitates.
@@ -166,7 +166,8 @@ PRESETS: dict[str, Budget] = {
                           simba_candidates=4, simba_steps=2, gepa_max_metric_calls=150, gepa_minibatch=3,
                           group_size=4, epochs=1, batch_size=None, tfgrpo_summarize=False, task="tickets",
                           methods=("none", "nearest_label", "labeled", "tfgrpo", "tfgrpo_by_answer",
-                                   "tfgrpo_by_answer_stated", "tfgrpo_phrases", "tfgrpo_route_to"),
+                                   "tfgrpo_by_answer_stated", "tfgrpo_phrases", "tfgrpo_route_to",
+                                   "tfgrpo_phrases_only"),
                           repeat_none=False, gate_checks=0),
     # Development for Banking77: the banking77 preset's budgets on the seed-0 order of the same file (where `tfgrpo
     # train/eval --task banking77` draw by default), 100 held-out queries after its 80 training and 40 selection.

@@ -22,16 +22,18 @@ def estimate_run(settings: TrainingFreeGRPOSettings, trainset: list, selection: 
     groups = s.epochs * len(trainset) if s.extraction else 0  # groups that may reach the per-group reflection
     proposals = groups * s.max_proposals
     # Every failed example is in at most one induction set of at least induction.MIN_SET.
-    inductions = s.epochs * (len(trainset) // MIN_SET) * s.num_candidates if s.induction else 0
+    induction_sets = s.epochs * (len(trainset) // MIN_SET) if s.induction else 0
+    inductions = induction_sets * s.num_candidates
+    phrases = induction_sets if s.induction_phrases else 0  # one per set, written by code: no LM call
     # A proposal line holds one lesson of at most max_words words; a group may also name a misleading lesson.
     line_chars = 80 + 15 * s.max_words
     verified = s.verify and s.ground_truth
     update_calls = 0 if verified else steps * math.ceil(batch * (s.max_proposals + 1) * line_chars /
                                                         s.update_chunk_chars)
     # Each proposal and each update text may need one generalize and one shorten rewrite.
-    rewrites = 2 * (proposals + inductions) + 2 * s.max_experiences * update_calls
+    rewrites = 2 * (proposals + inductions + phrases) + 2 * s.max_experiences * update_calls
     # Per step: the current library on every training example, then each candidate on its sources and a batch.
-    candidates = proposals + inductions
+    candidates = proposals + inductions + phrases
     verification = (steps * len(trainset) + candidates * (s.induction_examples + s.verify_batch)
                     if verified else 0)
     # Per step: the candidate, single edits with the library they are tried on, the library kept.
