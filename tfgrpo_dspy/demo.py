@@ -5,13 +5,13 @@ of task where lessons should help most, since feedback reveals knowledge the mod
 1.5B model all ten true rules in the instructions did not measurably change accuracy; the one most
 relevant per ticket raised it most (+25 points, benchmarks/results/lessons_study.md), which is why each
 call sees at most one lesson (top_k=1, the default): with the tickets kit, a lesson whose target is the queue of
-the training ticket nearest to it (route_by="answer"), or none. Whether a library learned here reaches that effect is what
-the demo measures; it promises no gain. Before and after are scored greedily
-on the same held-out tickets, so the
-difference is paired; the verdict prints its interval and exact sign test and says "no measurable change"
-unless both exclude no change. The held-out examples come from a seed no default was chosen on. When the answers
-are labels, the shipped program is also compared with the most frequent training answer given to every
-held-out example (no model): a library no better than that has only moved answers toward a common label.
+the training ticket nearest to it (route_by="answer"), or none. Whether a library learned here reaches that
+effect is what the demo measures; it promises no gain. Before and after are scored greedily on the same held-out
+tickets, so the difference is paired; the verdict prints its interval and exact sign test and says "no
+measurable change" unless both exclude no change. The held-out examples come from a seed no default was chosen
+on. When the answers are labels, the shipped program is also compared with the most frequent training answer
+given to every held-out example (no model): a library no better than that has only moved answers toward a common
+label.
 """
 
 from __future__ import annotations
