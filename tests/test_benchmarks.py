@@ -845,3 +845,24 @@ def test_lesson_wording_states_every_house_rule_three_ways_with_its_own_conditio
         assert house == rule.lesson and house.startswith(bench.condition(rule))
         assert route_to == f"{bench.condition(rule)}, route it to {rule.queue}."
         assert answer_with == f"{bench.condition(rule)}, answer with queue: {rule.queue}."
+
+
+def test_demo_trial_runs_the_demo_with_the_kits_settings_replaced(monkeypatch, tmp_path):
+    trial = load_script("demo_trial")
+    seen = {}
+
+    def fake_run_demo(task, lm, out, *, sizes, seed):
+        seen.update(task=task, out=out, sizes=sizes, seed=seed)
+
+    monkeypatch.setattr(trial, "run_demo", fake_run_demo)
+    monkeypatch.setattr(trial, "make_lm", lambda name, **kw: dspy.LM("openai/scripted"))
+    monkeypatch.setattr(sys, "argv", ["demo_trial.py", "--seed", "11", "--train-n", "80", "--selection-n", "40",
+                                      "--set", "num_candidates=1", "--set", "route_by=example", "--out",
+                                      str(tmp_path)])
+    trial.main()
+    defaults = seen["task"].train_defaults
+    assert defaults["num_candidates"] == 1 and defaults["route_by"] == "example"
+    assert defaults["reference_action"] == "route it to {answer}"  # the kit's other defaults stay
+    assert (seen["sizes"].train, seen["sizes"].selection, seen["sizes"].heldout, seen["seed"]) == (80, 40, 60, 11)
+    with pytest.raises(Exception, match="name=value"):
+        trial.setting("num_candidates")
