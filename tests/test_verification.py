@@ -193,6 +193,28 @@ def test_induction_sets_group_shared_references_then_neighbours_by_input():
     # ...and the rest are grouped by their words: the three train questions; the refund left over and the cake
     # question share no word with enough others.
     assert [s.sources for s in sets if not s.shared] == [(5, 6, 7)]
+    assert induction_sets(failures, texts.__getitem__, size=4, neighbours=False) == shared
+
+
+def test_routed_by_answer_failures_that_share_no_reference_are_not_induced_on():
+    """A neighbour set's lesson has no target, so routed by answer it is never induced (unless asked for); routed
+    by example it is, and the manifest records which."""
+    assert TrainingFreeGRPOSettings().induction_neighbours is True
+    assert TrainingFreeGRPOSettings(route_by="answer").manifest()["induction_neighbours"] is False
+    assert TrainingFreeGRPOSettings(route_by="answer", induction_neighbours=True).induction_neighbours is True
+    # Every answer is wrong and every reference differs: the refunds share words, not an answer, so they (and the
+    # opening-hours questions) form neighbour sets only.
+    trainset = [dspy.Example(question=f"Route this: I want a refund for order {i}.", answer=f"payments-{i}")
+                .with_inputs("question") for i in range(3)]
+    trainset += [dspy.Example(question=f"Route this: a question about opening hours {i}.", answer=f"general-{i}")
+                 .with_inputs("question") for i in range(3, 7)]
+    induced = {}
+    for route_by in ("example", "answer"):
+        router = Router()
+        compile_router(router, trainset, extraction=False, route_by=route_by, num_candidates=1)
+        induced[route_by] = router.inductions
+    assert any("Correct answer: answer: payments-0" in shown for shown in induced["example"])
+    assert induced["answer"] == []
 
 
 def test_each_candidate_is_verified_on_top_of_the_ones_kept_before_it():

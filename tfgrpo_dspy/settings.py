@@ -89,6 +89,9 @@ class TrainingFreeGRPOSettings:
     induction_contrast: int = setting(4, "most examples an induction call is shown to tell its failures apart from: "
                                       "training examples with another reference that the program confuses with "
                                       "theirs, then their nearest inputs; 0 = failures only", minimum=0)
+    induction_neighbours: bool | None = setting(
+        None, "also induce on sets of failures that do not share a reference, gathered by their input words (their "
+        "lessons have no target); None = True unless route_by='answer' (see __post_init__)")
     num_candidates: int = setting(3, "candidate lessons sampled per induction, each a new draw; 0 = no model "
                                   "draws, contrast phrases only (needs induction_phrases=True)", minimum=0)
     induction_temperature: float = setting(0.9, "sampling temperature of the induction draws", minimum=0)
@@ -179,6 +182,11 @@ class TrainingFreeGRPOSettings:
             # Routed by answer, a lesson is shown where the nearest training input has its target, so one the policy
             # follows to the letter is right exactly where its shift is: the check would drop every followed rule.
             object.__setattr__(self, "verify_shift", self.route_by != "answer")
+        if self.induction_neighbours is None:
+            # Routed by answer, a lesson shown by its target is the point; a neighbour set's lesson has none. On
+            # development seed 11 (six compiles routed by answer) none of 95 such candidates was kept, and they
+            # took about a third of the induction draws.
+            object.__setattr__(self, "induction_neighbours", self.route_by != "answer")
         if not 0 <= self.temperature <= 2:
             raise ValueError(f"temperature must be in [0, 2], got {self.temperature!r}")
         if not 0 <= self.val_fraction < 1:

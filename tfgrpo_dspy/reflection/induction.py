@@ -115,8 +115,10 @@ def contrast_of(induction_set: InductionSet, answers: Mapping[int, set[str]], re
     return tuple(dict.fromkeys([*confused, *nearest]))[:size]
 
 
-def induction_sets(failures: Sequence[Failure], task_text: Callable[[int], str], size: int) -> list[InductionSet]:
-    """Sets of at most ``size`` (and at least `MIN_SET`) failures: same reference first, then neighbours."""
+def induction_sets(failures: Sequence[Failure], task_text: Callable[[int], str], size: int, *,
+                   neighbours: bool = True) -> list[InductionSet]:
+    """Sets of at most ``size`` (and at least `MIN_SET`) failures: same reference first, then (``neighbours``)
+    the rest gathered by their input words."""
     by_reference: dict[str, list[Failure]] = defaultdict(list)
     for failure in failures:
         by_reference[failure.reference].append(failure)
@@ -125,7 +127,7 @@ def induction_sets(failures: Sequence[Failure], task_text: Callable[[int], str],
         chunks, leftover = _chunks(members, size)
         sets += [InductionSet(tuple(c), True) for c in chunks]
         rest += leftover
-    return sets + _neighbour_sets(rest, task_text, size)
+    return (sets + _neighbour_sets(rest, task_text, size)) if neighbours else sets
 
 
 def _chunks(members: list[Failure], size: int) -> tuple[list[list[Failure]], list[Failure]]:

@@ -148,7 +148,8 @@ class Phases:
     def induce(self, step: int, groups: Sequence[GroupOutcome]) -> list[Induction]:
         """Sets of failed examples, each sampled num_candidates times (a new draw per step and candidate)."""
         ctx, s = self.ctx, self.ctx.settings
-        sets = induction_sets(failures_of(groups, ctx.reference, ctx.answer), ctx.task_text, s.induction_examples)
+        sets = induction_sets(failures_of(groups, ctx.reference, ctx.answer), ctx.task_text, s.induction_examples,
+                              neighbours=s.induction_neighbours)
         answers = answers_of(groups, ctx.answer)
         everyone = range(len(ctx.trainset))
         sets = [replace(x, contrast=contrast_of(x, answers, ctx.reference, ctx.task_text, everyone,
