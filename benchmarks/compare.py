@@ -5,7 +5,7 @@ seed and the same held-out decoding:
 
     none                the unoptimized program
     labeled             dspy.LabeledFewShot (k=16, DSPy's default: labeled training examples as demos)
-    knn                 dspy.KNNFewShot (k=16 nearest training examples by TF-IDF, bootstrapped as BootstrapFewShot)
+    knn                 dspy.KNNFewShot (the k=16 nearest training examples by TF-IDF as labeled demos)
     bootstrap           dspy.BootstrapFewShot
     mipro               dspy.MIPROv2(auto="light")
     simba               dspy.SIMBA

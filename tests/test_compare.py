@@ -227,6 +227,7 @@ def test_knn_few_shot_shows_each_call_its_nearest_training_tickets_as_demos():
     ctx = methods.MethodContext(split, metering.Roles.of(scripted_lm(ticket_router)), budget, seed=0)
     program = methods.compile_knn(ctx).program
     (calls,) = held_out_prompts(program, ticket_rows(("the kiosk screen is broken again", "field-ops")))
+    assert len(calls) == 1  # the neighbours are labeled demos: no teacher call bootstraps them
     final = json.dumps(calls[-1]["messages"])
     assert "kiosk screen in Oslo" in final and "kiosk printer in Bergen" in final
     assert "GDPR" not in final and "duplicate charge" not in final
