@@ -140,7 +140,8 @@ def test_a_cli_run_log_is_titled_by_its_output_folder(gated_run, tmp_path):
 # -- the story at the top, every call counted, notes for empty charts, a phone-width page ---------------------
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
-    """`tfgrpo demo` on the scripted LM: OUT/log plus OUT/demo.json with the held-out verdict, as on a real run."""
+    """`tfgrpo demo` on the scripted LM: OUT/log plus OUT/demo.json with the held-out verdict, as on a real run.
+    Twelve training tickets, so that some failures share their queue: routed by answer only those are induced on."""
     from scripted import scripted_lm, ticket_router
 
     from tfgrpo_dspy import cli
@@ -151,7 +152,7 @@ def demo_dir(tmp_path_factory):
     patch.setattr(cli, "make_lm", lambda spec, **kwargs: lm)
     patch.setattr("tfgrpo_dspy.lm.make_lm", lambda spec, **kwargs: lm)
     try:
-        assert cli.main(["demo", "--train-n", "6", "--selection-n", "3", "--heldout-n", "5", "--out", str(out)]) == 0
+        assert cli.main(["demo", "--train-n", "12", "--selection-n", "3", "--heldout-n", "5", "--out", str(out)]) == 0
     finally:
         patch.undo()
     return out
