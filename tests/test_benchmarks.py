@@ -240,6 +240,7 @@ def test_table_json_and_plot_writers(tmp_path):
     assert rows[0].startswith("| method | held-out accuracy | Δ vs none, points [95% CI] | won/lost | p |")
     assert rows[2].startswith("| none | 0.500 | - |") and "| task 110 / reflection 0 |" in rows[2]
     assert rows[3].startswith("| group1 (ablation) | 0.750 |")
+    assert rows[2].endswith("| +12 | 50 |")  # rendered prompt added, and prompt tokens each call really sent
     assert "| FAILED: compile: ImportError: no / gepa |" in rows[4]  # a pipe in an error cannot break the table
 
     split = splits.Split("wordproblems", [], [], [], "generated")
@@ -253,6 +254,9 @@ def test_table_json_and_plot_writers(tmp_path):
     assert data["command"] == "python benchmarks/compare.py --preset smoke" and data["code"] == "abc123+dirty"
     assert data["load_average"] == [1.0, 2.0] and data["budget"]["train_n"] == 3
     assert "(code at `abc123+dirty`)" in paths[1].read_text()
+    # A resumed run's own seconds are not the table's cost: the records' compile and evaluation time is said too.
+    assert ("wall time of this run 3 s; compile plus evaluation time of every record in the tables, from this run "
+            "and the earlier ones it resumed, 9 s") in paths[1].read_text()
     assert provenance.git_revision().split("+")[0] == subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=BENCHMARKS, capture_output=True, text=True).stdout.strip()
     rows = data["tasks"]["wordproblems"]["results"]
@@ -261,7 +265,9 @@ def test_table_json_and_plot_writers(tmp_path):
     assert "| none | 0.500 |" in paths[1].read_text()
     assert paths[2].read_bytes().startswith(b"\x89PNG")
     paths[2].unlink()
+    paths[1].write_text("stale")
     assert cli.main(["--replot", str(paths[0])]) == 0  # redrawn from the saved JSON alone
+    assert "| none | 0.500 |" in paths[1].read_text()
     assert paths[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

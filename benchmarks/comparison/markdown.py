@@ -51,18 +51,22 @@ def _accuracy_cell(row: dict[str, Any]) -> str:
 
 
 def render_table(rows: Sequence[dict[str, Any]], k: int) -> str:
-    """One row per method: accuracy, paired gain over none, cost by role, time, prompt tokens added per call."""
+    """One row per method: accuracy, paired gain over none, cost by role, time, prompt tokens per call.
+
+    Two prompt columns: the tokens the optimized program's rendered prompt adds, and the prompt tokens each
+    held-out call actually sent. Only the second sees demos chosen per call (KNNFewShot)."""
     score = "held-out accuracy" if k == 1 else f"held-out Mean@{k}"
     lines = [f"| method | {score} | Δ vs none, points [95% CI] | won/lost | p | optimization tokens by role "
-             "| compile s | eval s | added prompt tokens/call |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| compile s | eval s | added prompt tokens/call | prompt tokens/call sent |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         vs = row.get("vs_none")
         name = row["method"] + (" (ablation)" if row["kind"] == "ablation" else "")
         added = row["added_prompt_tokens"]
         cells = [name, _accuracy_cell(row), _delta_cell(vs), f"{vs['wins']} / {vs['losses']}" if vs else "-",
                  _p_cell(vs["p_value"]) if vs else "-", _tokens_cell(row), _fmt(row["compile_seconds"], 0),
-                 _fmt(row["eval_seconds"], 0), "-" if added is None else f"{added:+.0f}"]
+                 _fmt(row["eval_seconds"], 0), "-" if added is None else f"{added:+.0f}",
+                 _fmt(row.get("eval_prompt_tokens_per_call"), 0)]
         lines.append("| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |")
     return "\n".join(lines)
 
@@ -163,7 +167,7 @@ def _header_lines(report: dict[str, Any]) -> list[str]:
                                                     ""]),
         f"LM `{report['lm']}` with options `{json.dumps(report.get('lm_options') or {})}`; "
         f"{budget['num_threads']} threads; held-out evaluation {decoding}, the same for every method; "
-        f"{_seeds_phrase(budget)}; started {report['started']}, total wall time {report['wall_seconds']:.0f} s; "
+        f"{_seeds_phrase(budget)}; {_wall_time_phrase(report)}; "
         f"load average at start {report['load_average'][0]}, at end {report['load_average'][1]}; "
         f"{throughput_sentence(report.get('throughput_at_start'))}",
         "",
@@ -184,6 +188,18 @@ def _header_lines(report: dict[str, Any]) -> list[str]:
         f"optimized program minus the base program's, at {CHARS_PER_TOKEN} characters a token.",
         "",
     ]
+
+
+def _wall_time_phrase(report: dict[str, Any]) -> str:
+    """This run's wall time, and the compile and evaluation time of every record in the tables.
+
+    A resumed run reuses records from earlier runs, so its own wall time alone can be seconds for a table that
+    took days."""
+    recorded = sum((run.get("compile_seconds") or 0) + (run.get("eval_seconds") or 0)
+                   for data in report["tasks"].values() for row in data["results"] for run in row["runs"])
+    return (f"started {report['started']}, wall time of this run {report['wall_seconds']:.0f} s; compile plus "
+            f"evaluation time of every record in the tables, from this run and the earlier ones it resumed, "
+            f"{recorded:,.0f} s")
 
 
 def throughput_sentence(throughput: dict[str, Any] | None) -> str:
