@@ -18,7 +18,7 @@ import dspy
 from provenance import git_revision
 
 from comparison.data import Split, banking77_split, gsm8k_split, tickets_split, wordproblems_split
-from comparison.markdown import markdown_table, write_markdown
+from comparison.markdown import markdown_table
 from comparison.methods import COMPILERS, ordered_methods
 from comparison.outputs import RunFacts, build_report, throughput_at_start, write_outputs
 from comparison.plot import write_plot
@@ -87,8 +87,7 @@ def parse_args(argv: Sequence[str] | None, doc: str = __doc__ or "") -> argparse
     parser.add_argument("--runs", type=Path, metavar="DIR",
                         help="where finished compiles and evaluations are kept (default <out-dir>/<stem>.runs)")
     parser.add_argument("--replot", type=Path, metavar="JSON",
-                        help="rewrite the table and redraw the PNG of a saved comparison (next to the JSON) and "
-                             "exit; runs nothing")
+                        help="redraw the PNG of a saved comparison (next to the JSON) and exit; runs nothing")
     args = parser.parse_args(argv)
     if args.replot:
         return args
@@ -172,10 +171,7 @@ def build_lm(spec: str, options: dict[str, Any]) -> dspy.LM:
 def main(argv: Sequence[str] | None = None, doc: str = __doc__ or "") -> int:
     args = parse_args(argv, doc)
     if args.replot:
-        report = json.loads(args.replot.read_text())
-        paths = (write_markdown(report, args.replot.with_suffix(".md")),
-                 write_plot(report, args.replot.with_suffix(".png")))
-        print(f"wrote {', '.join(map(str, paths))}")
+        print(f"wrote {write_plot(json.loads(args.replot.read_text()), args.replot.with_suffix('.png'))}")
         return 0
     started, clock, load_start = time.strftime("%Y-%m-%d %H:%M:%S"), time.perf_counter(), os.getloadavg()[0]
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
