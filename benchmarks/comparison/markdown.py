@@ -54,10 +54,11 @@ def render_table(rows: Sequence[dict[str, Any]], k: int) -> str:
     """One row per method: accuracy, paired gain over none, cost by role, time, prompt tokens per call.
 
     Two prompt columns: the tokens the optimized program's rendered prompt adds, and the prompt tokens each
-    held-out call actually sent. Only the second sees demos chosen per call (KNNFewShot)."""
+    held-out request actually sent. Only the second sees demos chosen per call (KNNFewShot). It is per request,
+    not per program call: a call whose answer fails to parse sends a second request (DSPy's JSON fallback)."""
     score = "held-out accuracy" if k == 1 else f"held-out Mean@{k}"
     lines = [f"| method | {score} | Δ vs none, points [95% CI] | won/lost | p | optimization tokens by role "
-             "| compile s | eval s | added prompt tokens/call | prompt tokens/call sent |",
+             "| compile s | eval s | added prompt tokens/call | prompt tokens/request sent |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         vs = row.get("vs_none")

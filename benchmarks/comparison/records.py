@@ -94,7 +94,7 @@ class SeedRun:
     usage: dict[str, Usage]  # role -> usage ("task", "reflection", "evaluation")
     engine_failures: int
     added_prompt_tokens: int | None  # approx, rendered static prompt vs the base program
-    eval_prompt_tokens_per_call: float | None  # measured by the model's tokenizer on the held-out set
+    eval_prompt_tokens_per_call: float | None  # the model's own count per held-out request (a parse retry is one more)
     program_errors: int | None
     error: str | None = None
     details: CompileDetails = field(default_factory=lambda: CompileDetails({}))
