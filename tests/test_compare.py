@@ -14,6 +14,7 @@ from comparison import data as splits
 from comparison import markdown as md
 from comparison import run as running
 from comparison.compile_details import CompileDetails, HeldOutCheck, TfgrpoRun
+from comparison.evaluate import evaluate_stage
 from comparison.prompts import held_out_prompts, prompts_fingerprint
 from comparison.records import MethodResult, ProblemResult, SeedRun
 from comparison.store import RunStore, runs_manifest
@@ -404,6 +405,24 @@ def test_a_compile_that_sends_the_same_prompts_reuses_the_greedy_evaluation_and_
     results = running.run_comparison(split, scripted_lm(GsmScript()), sampled, ["none"], progress=False)
     assert [r.evaluation_of for r in results[0].runs] == [None, None]
     assert md.reused_evaluation_lines(summary.result_rows(results)) == []
+
+
+def test_a_resumed_held_out_evaluation_reports_what_every_part_of_it_cost(gsm_split, tmp_path):
+    budget = presets.Budget(train_n=4, selection_n=3, test_n=4, simba_bsize=2, eval_temperature=0.0, k=1)
+    folder = tmp_path / "none-seed0.eval" / "held_out"
+    first = evaluate_stage(_seed_run(0, [0.0]), gsm_split.make_program(), gsm_split, budget, scripted_lm(GsmScript()),
+                           progress=False, checkpoint_dir=folder)
+    # As if the first run had been interrupted after two problems that took 500 s: the resumed run evaluates the
+    # other two, and the record counts the 500 s and the calls of all four.
+    for lost in sorted(folder.glob("ex*.json"))[2:]:
+        lost.unlink()
+    (folder / "seconds.json").write_text('{"seconds": 500.0}')
+    lm = scripted_lm(GsmScript())
+    resumed = evaluate_stage(_seed_run(0, [0.0]), gsm_split.make_program(), gsm_split, budget, lm, progress=False,
+                             checkpoint_dir=folder)
+    assert len(lm.engine.calls) == 2 and resumed.per_problem == first.per_problem
+    assert resumed.eval_seconds >= 500.0
+    assert resumed.usage["evaluation"].calls == first.usage["evaluation"].calls == len(gsm_split.test)
 
 
 def test_committed_programs_with_the_same_prompts_got_the_same_greedy_answers(gsm_split):

@@ -13,6 +13,7 @@ import dspy
 import pytest
 from scripted import Call, scripted_lm
 
+from tfgrpo_dspy.inference.checkpoint import checkpointed_seconds
 from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k, pass_at_k
 from tfgrpo_dspy.library.library import ExperienceLibrary
 
@@ -222,3 +223,21 @@ def test_the_library_reaches_only_the_predictors_it_was_trained_for() -> None:
     with pytest.raises(ValueError, match="unknown predictor name"):
         evaluate_at_k(DraftThenAnswer(), _examples("q"), exact, k=1, temperature=0.0, lm=lm, progress=False,
                       library=ExperienceLibrary.from_texts([lesson]), predictors=["nope"])
+
+
+def test_a_checkpoint_adds_up_the_seconds_of_every_run_that_evaluated_into_it(tmp_path: Path) -> None:
+    folder = tmp_path / "eval"
+    kwargs = dict(k=1, temperature=0.0, lm=scripted_lm(CountingResponder()), progress=False, checkpoint_dir=folder)
+    assert checkpointed_seconds(folder) is None  # nothing evaluated there yet
+    evaluate_at_k(_program(), _examples("q-right", "q-half"), exact, **kwargs)
+    first = checkpointed_seconds(folder)
+    assert first is not None and first > 0
+    # As if an earlier, interrupted run had spent 100 s on the samples kept: a resumed run adds its own time.
+    (folder / "seconds.json").write_text('{"seconds": 100.0}')
+    (folder / "ex00001_s0.json").unlink()
+    evaluate_at_k(_program(), _examples("q-right", "q-half"), exact, **kwargs)
+    assert 100.0 < checkpointed_seconds(folder) < 100.0 + 60
+    # A rerun with nothing left to evaluate spends nothing and leaves the figure alone.
+    before = checkpointed_seconds(folder)
+    evaluate_at_k(_program(), _examples("q-right", "q-half"), exact, **kwargs)
+    assert checkpointed_seconds(folder) == before

@@ -20,6 +20,7 @@ from comparison.metering import metered_copy
 from comparison.presets import CHARS_PER_TOKEN, Budget
 from comparison.records import RepeatEval, SeedRun, problem_results
 from tfgrpo_dspy import ExperienceLibrary
+from tfgrpo_dspy.inference.checkpoint import checkpointed_seconds
 from tfgrpo_dspy.inference.evaluation import EvalReport, evaluate_at_k
 
 logger = logging.getLogger("compare")
@@ -29,8 +30,8 @@ def evaluate_held_out(program: dspy.Module, split: Split, budget: Budget, lm: ds
                       progress: bool, checkpoint_dir: Path | None = None) -> EvalReport:
     """The one held-out evaluation every method gets: same problems, metric, decoding, k and threads.
 
-    With ``checkpoint_dir`` each finished problem is saved, and an interrupted evaluation resumes there
-    (its eval seconds then count only the resumed part)."""
+    With ``checkpoint_dir`` each finished problem is saved, and an interrupted evaluation resumes there (the
+    folder also adds up the seconds of every run that evaluated into it)."""
     return evaluate_at_k(program, split.test, split.metric, k=budget.k, temperature=budget.eval_temperature,
                          num_threads=budget.num_threads, lm=lm, rollout_id_offset=seed * 10**6, progress=progress,
                          answer_field=split.answer_field, checkpoint_dir=checkpoint_dir)
@@ -48,10 +49,10 @@ def evaluate_stage(run: SeedRun, program: dspy.Module, split: Split, budget: Bud
         return replace(run, error=f"evaluate: {type(exc).__name__}: {exc}",
                        eval_seconds=round(time.perf_counter() - started, 2),
                        engine_failures=run.engine_failures + meter.failures)
-    usage = meter.usage
+    usage = report.usage
     return replace(
         run, score=report.mean_at_k, pass_at_k=report.pass_at_k, score_stderr=_stderr(report),
-        eval_seconds=round(time.perf_counter() - started, 2), usage={**run.usage, "evaluation": usage},
+        eval_seconds=_seconds(started, checkpoint_dir), usage={**run.usage, "evaluation": usage},
         engine_failures=run.engine_failures + meter.failures, program_errors=report.program_errors,
         eval_prompt_tokens_per_call=round(usage.prompt_tokens / usage.calls, 1) if usage.calls else None,
         per_problem=problem_results(report))
@@ -80,8 +81,16 @@ def repeat_stage(run: SeedRun, program: dspy.Module, split: Split, budget: Budge
         logger.warning("repeated evaluation failed:\n%s", traceback.format_exc())
         return replace(run, repeat=RepeatEval(None, None, None, round(time.perf_counter() - started, 2),
                                               meter.usage, error=f"{type(exc).__name__}: {exc}"))
-    repeat = RepeatEval.of(run.per_problem, problem_results(report), time.perf_counter() - started, meter.usage)
+    repeat = RepeatEval.of(run.per_problem, problem_results(report), _seconds(started, checkpoint_dir), report.usage)
     return replace(run, repeat=repeat)
+
+
+def _seconds(started: float, checkpoint_dir: Path | None) -> float:
+    """What the evaluation took: with a checkpoint, every run that evaluated into it (an interrupted evaluation's
+    earlier parts too); else this run's time since ``started``. Its usage is the report's for the same reason:
+    every sample's, the reused ones included."""
+    recorded = checkpointed_seconds(checkpoint_dir) if checkpoint_dir is not None else None
+    return round(recorded if recorded is not None else time.perf_counter() - started, 2)
 
 
 def static_prompt_chars(program: dspy.Module, adapter: dspy.Adapter | None = None) -> int:

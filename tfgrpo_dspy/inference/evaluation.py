@@ -108,7 +108,7 @@ def evaluate_at_k(
     def run_and_save(job: tuple[int, int]) -> Rollout:
         rollout = run_one(job)
         if checkpoint is not None and isinstance(rollout, Rollout):
-            checkpoint.save(rollout)
+            checkpoint.save(rollout, time.monotonic() - started)
         return rollout
 
     todo = [job for job in jobs if job not in done]
